@@ -1,0 +1,226 @@
+//! The command line's front door: which mode runs (from `argv[0]` or a subcommand), and the
+//! rewriting of Go-style flags into the one form argh parses.
+//!
+//! Kubernetes manifests were written for Go's `flag` package, which accepts `-flag` and
+//! `--flag`, `=value` or a separate value, and booleans as `--flag=false`. argh accepts only
+//! `--flag value` and bare switches, so [`normalize_flags`] sits in front of it. Everything here
+//! is pure and unit-tested; `main` turns the outcomes into exit codes.
+
+use argh::{ArgsInfo, CommandInfoWithArgs, FlagInfoKind, FromArgs};
+
+/// The name the multi-call binary is published under.
+pub const BINARY: &str = "csi-nodekit";
+/// The crate version, printed by every `--version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A mode of the multi-call binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    NodeServer,
+    Registrar,
+    Probe,
+}
+
+/// Every name that selects a mode, as a subcommand or as the file name in `argv[0]`.
+/// `livenessprobe` is `probe serve`: the upstream image's entry point.
+const NAMES: &[(&str, Mode, Option<&str>)] = &[
+    ("node-server", Mode::NodeServer, None),
+    ("csi-node-server", Mode::NodeServer, None),
+    ("registrar", Mode::Registrar, None),
+    ("csi-node-driver-registrar", Mode::Registrar, None),
+    ("node-driver-registrar", Mode::Registrar, None),
+    ("probe", Mode::Probe, None),
+    ("livenessprobe", Mode::Probe, Some("serve")),
+];
+
+/// A mode chosen, with the name it was invoked as and the arguments that follow it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Invocation {
+    pub mode: Mode,
+    /// What `--version` and error messages call the program: `livenessprobe`,
+    /// `csi-nodekit registrar`, ...
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+/// What the first look at `argv` decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    Run(Invocation),
+    /// `csi-nodekit --version`
+    Version,
+    /// `csi-nodekit --help`: the usage text, on stdout, success.
+    Help,
+    /// No mode or an unknown one: a one-line complaint, then the usage text, exit 2.
+    Unknown(String),
+}
+
+/// The usage line that lists the modes.
+pub fn usage() -> String {
+    format!(
+        "usage: {BINARY} <mode> [flags]   modes: node-server, registrar, probe \
+         (also invoked as csi-node-server, csi-node-driver-registrar, node-driver-registrar, \
+         livenessprobe)"
+    )
+}
+
+fn lookup(name: &str) -> Option<(Mode, Option<&'static str>)> {
+    NAMES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|&(_, mode, sub)| (mode, sub))
+}
+
+fn invocation(mode: Mode, implied: Option<&str>, program: String, rest: &[String]) -> Dispatch {
+    let args = implied
+        .map(str::to_owned)
+        .into_iter()
+        .chain(rest.iter().cloned())
+        .collect();
+    Dispatch::Run(Invocation {
+        mode,
+        program,
+        args,
+    })
+}
+
+/// Picks the mode: the file name of `argv[0]` first (busybox-style symlinks), then the first
+/// argument (`csi-nodekit <mode> ...`).
+pub fn dispatch(argv: &[String]) -> Dispatch {
+    let invoked = argv.first().map(String::as_str).unwrap_or(BINARY);
+    let invoked = std::path::Path::new(invoked)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(BINARY);
+    let rest = argv.get(1..).unwrap_or_default();
+    if let Some((mode, implied)) = lookup(invoked) {
+        return invocation(mode, implied, invoked.to_owned(), rest);
+    }
+    match rest.first().map(String::as_str) {
+        None => Dispatch::Unknown("no mode given".into()),
+        Some("--version" | "-version") => Dispatch::Version,
+        Some("--help" | "-help" | "-h" | "help") => Dispatch::Help,
+        Some(name) => match lookup(name) {
+            Some((mode, implied)) => {
+                invocation(mode, implied, format!("{invoked} {name}"), &rest[1..])
+            }
+            None => Dispatch::Unknown(format!("unknown mode {name:?}")),
+        },
+    }
+}
+
+/// A flag that cannot be rewritten: the message names it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FlagError(pub String);
+
+/// Go's `strconv.ParseBool`, which is what `--flag=value` means for a Go boolean flag.
+fn parse_go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Rewrites Go-style flags into argh's form: `-name`/`--name`, `=value` or a following value,
+/// become `--name value`; a switch given `=true` becomes `--name` and `=false` disappears;
+/// `-h` becomes `--help`. `switches` lists the long names (without dashes) of boolean flags,
+/// since only they take no value. Positional words and everything after `--` pass unchanged.
+pub fn normalize_flags(args: &[String], switches: &[&str]) -> Result<Vec<String>, FlagError> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            out.push(arg.clone());
+            out.extend(iter.by_ref().cloned());
+            break;
+        }
+        let Some(body) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            out.push(arg.clone());
+            continue;
+        };
+        if body.is_empty() {
+            out.push(arg.clone()); // a lone "-" is a positional word, as in Go
+            continue;
+        }
+        let (name, value) = match body.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (body, None),
+        };
+        if name.is_empty() || name.starts_with('-') {
+            return Err(FlagError(format!("bad flag syntax: {arg}")));
+        }
+        let name = if name == "h" { "help" } else { name };
+        if name == "help" || switches.contains(&name) {
+            match value.map(|v| (v, parse_go_bool(v))) {
+                None | Some((_, Some(true))) => out.push(format!("--{name}")),
+                Some((_, Some(false))) => {}
+                Some((v, None)) => {
+                    return Err(FlagError(format!(
+                        "invalid boolean value {v:?} for flag --{name}"
+                    )));
+                }
+            }
+            continue;
+        }
+        out.push(format!("--{name}"));
+        match value {
+            Some(value) => out.push(value.to_owned()),
+            // The next word is this flag's value even when it starts with '-', as in Go.
+            None => out.extend(iter.next().cloned()),
+        }
+    }
+    Ok(out)
+}
+
+/// The long names of every switch in a command and its subcommands, from argh's own
+/// description of the arguments, so the switch list can never drift from the structs.
+pub fn switch_names(info: &CommandInfoWithArgs) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = info
+        .flags
+        .iter()
+        .filter(|f| f.kind == FlagInfoKind::Switch)
+        .map(|f| f.long.trim_start_matches('-'))
+        .collect();
+    for sub in &info.commands {
+        names.extend(switch_names(&sub.command));
+    }
+    names
+}
+
+/// Why parsing a mode's flags did not produce its arguments.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ParseStop {
+    /// `--help` was asked for: the text goes to stdout and the exit is a success.
+    Help(String),
+    /// A wrong flag: one line naming it, exit 2.
+    Usage(String),
+}
+
+/// Normalises Go-style flags, then lets argh parse them into the mode's `Args`.
+pub fn parse_mode_args<T: FromArgs + ArgsInfo>(
+    program: &str,
+    args: &[String],
+) -> Result<T, ParseStop> {
+    let info = T::get_args_info();
+    let switches = switch_names(&info);
+    let normalized = normalize_flags(args, &switches)
+        .map_err(|FlagError(msg)| ParseStop::Usage(format!("{program}: {msg}")))?;
+    let words: Vec<&str> = normalized.iter().map(String::as_str).collect();
+    let command: Vec<&str> = program.split(' ').collect();
+    T::from_args(&command, &words).map_err(|early| match early.status {
+        Ok(()) => ParseStop::Help(early.output),
+        Err(()) => ParseStop::Usage(format!("{program}: {}", one_line(&early.output))),
+    })
+}
+
+/// argh's error texts can span lines ("Required options not provided:\n    --x"); a wrong flag
+/// must be reported on one line.
+fn one_line(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words.join(" ")
+}
+
+#[cfg(test)]
+#[path = "cli_tests.rs"]
+mod tests;

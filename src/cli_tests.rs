@@ -1,0 +1,240 @@
+use super::*;
+use proptest::prelude::*;
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+fn run(mode: Mode, program: &str, args: &[&str]) -> Dispatch {
+    Dispatch::Run(Invocation {
+        mode,
+        program: program.into(),
+        args: argv(args),
+    })
+}
+
+#[test]
+fn dispatch_table_covers_symlink_names_and_subcommands() {
+    let table: &[(&[&str], Dispatch)] = &[
+        (
+            &["/usr/bin/csi-node-driver-registrar", "--v=2"],
+            run(Mode::Registrar, "csi-node-driver-registrar", &["--v=2"]),
+        ),
+        (
+            &["node-driver-registrar"],
+            run(Mode::Registrar, "node-driver-registrar", &[]),
+        ),
+        (
+            &["/livenessprobe", "--csi-address=/csi/csi.sock"],
+            run(
+                Mode::Probe,
+                "livenessprobe",
+                &["serve", "--csi-address=/csi/csi.sock"],
+            ),
+        ),
+        (
+            &["./csi-node-server"],
+            run(Mode::NodeServer, "csi-node-server", &[]),
+        ),
+        (
+            &["csi-nodekit", "node-server", "-v", "5"],
+            run(Mode::NodeServer, "csi-nodekit node-server", &["-v", "5"]),
+        ),
+        (
+            &["/bin/csi-nodekit", "registrar"],
+            run(Mode::Registrar, "csi-nodekit registrar", &[]),
+        ),
+        (
+            &["csi-nodekit", "probe", "once"],
+            run(Mode::Probe, "csi-nodekit probe", &["once"]),
+        ),
+        (
+            &["csi-nodekit", "livenessprobe"],
+            run(Mode::Probe, "csi-nodekit livenessprobe", &["serve"]),
+        ),
+        (
+            &["renamed-binary", "probe"],
+            run(Mode::Probe, "renamed-binary probe", &[]),
+        ),
+        (&["csi-nodekit", "--version"], Dispatch::Version),
+        (&["csi-nodekit", "--help"], Dispatch::Help),
+        (&["csi-nodekit", "-h"], Dispatch::Help),
+        (&["csi-nodekit"], Dispatch::Unknown("no mode given".into())),
+        (&[], Dispatch::Unknown("no mode given".into())),
+        (
+            &["csi-nodekit", "frobnicate"],
+            Dispatch::Unknown("unknown mode \"frobnicate\"".into()),
+        ),
+        (
+            &["csi-nodekit", "--v=2"],
+            Dispatch::Unknown("unknown mode \"--v=2\"".into()),
+        ),
+    ];
+    for (words, expected) in table {
+        assert_eq!(&dispatch(&argv(words)), expected, "argv {words:?}");
+    }
+}
+
+#[test]
+fn usage_lists_every_mode() {
+    for mode in ["node-server", "registrar", "probe", "livenessprobe"] {
+        assert!(usage().contains(mode), "{mode} missing from usage");
+    }
+}
+
+const SWITCHES: &[&str] = &["enable-pprof", "version"];
+
+#[test]
+fn normalization_table_rewrites_every_go_flag_form() {
+    let table: &[(&[&str], &[&str])] = &[
+        (
+            &["--csi-address=/csi/csi.sock"],
+            &["--csi-address", "/csi/csi.sock"],
+        ),
+        (
+            &["--csi-address", "/csi/csi.sock"],
+            &["--csi-address", "/csi/csi.sock"],
+        ),
+        (
+            &["-csi-address=/csi/csi.sock"],
+            &["--csi-address", "/csi/csi.sock"],
+        ),
+        (
+            &["-csi-address", "/csi/csi.sock"],
+            &["--csi-address", "/csi/csi.sock"],
+        ),
+        (&["-v=5"], &["--v", "5"]),
+        (&["--v=5"], &["--v", "5"]),
+        (&["-v", "5"], &["--v", "5"]),
+        (&["--enable-pprof"], &["--enable-pprof"]),
+        (&["-enable-pprof"], &["--enable-pprof"]),
+        (&["--enable-pprof=true"], &["--enable-pprof"]),
+        (&["--enable-pprof=1"], &["--enable-pprof"]),
+        (&["--enable-pprof=false"], &[]),
+        (&["--enable-pprof=F"], &[]),
+        (&["-h"], &["--help"]),
+        (&["-help"], &["--help"]),
+        (&["--version"], &["--version"]),
+        (
+            &["--timeout=2m30s", "serve"],
+            &["--timeout", "2m30s", "serve"],
+        ),
+        (&["--endpoint=unix:///a=b"], &["--endpoint", "unix:///a=b"]),
+        (&["--label", "-not-a-flag"], &["--label", "-not-a-flag"]),
+        (&["--empty="], &["--empty", ""]),
+        (&["once", "-"], &["once", "-"]),
+        (&["--", "--csi-address=x"], &["--", "--csi-address=x"]),
+        (&["--dangling"], &["--dangling"]),
+    ];
+    for (input, expected) in table {
+        assert_eq!(
+            normalize_flags(&argv(input), SWITCHES).as_deref(),
+            Ok(&argv(expected)[..]),
+            "{input:?}"
+        );
+    }
+}
+
+#[test]
+fn malformed_flags_are_errors_that_name_the_flag() {
+    let table: &[(&[&str], &str)] = &[
+        (&["---v=1"], "bad flag syntax: ---v=1"),
+        (&["-=x"], "bad flag syntax: -=x"),
+        (
+            &["--enable-pprof=maybe"],
+            "invalid boolean value \"maybe\" for flag --enable-pprof",
+        ),
+    ];
+    for (input, message) in table {
+        assert_eq!(
+            normalize_flags(&argv(input), SWITCHES),
+            Err(FlagError((*message).into()))
+        );
+    }
+}
+
+/// A small Args to drive argh through the whole parse step.
+#[derive(argh::FromArgs, argh::ArgsInfo, Debug)]
+/// test args
+struct Sample {
+    /// an address
+    #[argh(option, default = "String::from(\"/run/csi/socket\")")]
+    csi_address: String,
+    /// verbosity
+    #[argh(option, default = "0")]
+    v: u8,
+    /// a go-only switch
+    #[argh(switch)]
+    enable_pprof: bool,
+}
+
+#[test]
+fn parse_mode_args_accepts_manifest_style_flags() {
+    let args = argv(&[
+        "-v=5",
+        "--csi-address",
+        "/csi/csi.sock",
+        "-enable-pprof=true",
+    ]);
+    let parsed: Sample = parse_mode_args("csi-nodekit test", &args).unwrap();
+    assert_eq!(
+        (parsed.v, parsed.csi_address.as_str(), parsed.enable_pprof),
+        (5, "/csi/csi.sock", true)
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_one_line_naming_it() {
+    let stop = parse_mode_args::<Sample>("csi-nodekit test", &argv(&["--bogus=1"])).unwrap_err();
+    let ParseStop::Usage(line) = stop else {
+        panic!("expected a usage error, got {stop:?}")
+    };
+    assert!(line.contains("--bogus"), "{line}");
+    assert!(!line.contains('\n'), "{line}");
+}
+
+#[test]
+fn a_bad_value_is_one_line_naming_the_flag() {
+    let stop = parse_mode_args::<Sample>("csi-nodekit test", &argv(&["--v=loud"])).unwrap_err();
+    let ParseStop::Usage(line) = stop else {
+        panic!("expected a usage error, got {stop:?}")
+    };
+    assert!(line.contains("--v"), "{line}");
+    assert!(!line.contains('\n'), "{line}");
+}
+
+#[test]
+fn help_is_not_an_error() {
+    let stop = parse_mode_args::<Sample>("csi-nodekit test", &argv(&["-h"])).unwrap_err();
+    assert!(
+        matches!(stop, ParseStop::Help(ref text) if text.contains("--csi-address")),
+        "{stop:?}"
+    );
+}
+
+/// One Go-style spelling of an option flag with a value.
+fn spelled(name: &str, value: &str, form: u8) -> Vec<String> {
+    match form % 4 {
+        0 => vec![format!("--{name}={value}")],
+        1 => vec![format!("-{name}={value}")],
+        2 => vec![format!("--{name}"), value.to_owned()],
+        _ => vec![format!("-{name}"), value.to_owned()],
+    }
+}
+
+proptest! {
+    #[test]
+    fn normalization_never_panics(args in proptest::collection::vec(".*", 0..8)) {
+        let _ = normalize_flags(&args, SWITCHES);
+    }
+
+    #[test]
+    fn normalization_never_loses_a_value(
+        flags in proptest::collection::vec(("[a-z][a-z0-9-]{0,12}", ".*", any::<u8>()), 0..6)
+    ) {
+        let flags: Vec<_> = flags.into_iter().filter(|(n, _, _)| !SWITCHES.contains(&n.as_str()) && n != "h" && n != "help").collect();
+        let input: Vec<String> = flags.iter().flat_map(|(n, v, f)| spelled(n, v, *f)).collect();
+        let expected: Vec<String> = flags.iter().flat_map(|(n, v, _)| [format!("--{n}"), v.clone()]).collect();
+        prop_assert_eq!(normalize_flags(&input, SWITCHES), Ok(expected));
+    }
+}

@@ -1,0 +1,67 @@
+//! Entry point: pick the mode, parse its flags, run it, and choose the exit code.
+//! Exit codes: 0 success (and `--help`/`--version`), 1 the mode failed, 2 bad usage.
+
+use std::process::ExitCode;
+
+use csi_nodekit::cli::{self, Dispatch, Mode, ParseStop};
+use csi_nodekit::{BoxError, ModeArgs, logging, node_server};
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match cli::dispatch(&argv) {
+        Dispatch::Version => {
+            println!("{} {}", cli::BINARY, cli::VERSION);
+            ExitCode::SUCCESS
+        }
+        Dispatch::Help => {
+            println!("{}", cli::usage());
+            ExitCode::SUCCESS
+        }
+        Dispatch::Unknown(why) => {
+            eprintln!("{}: {why}", cli::BINARY);
+            eprintln!("{}", cli::usage());
+            ExitCode::from(2)
+        }
+        Dispatch::Run(invocation) => match invocation.mode {
+            Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::run),
+            Mode::Registrar | Mode::Probe => {
+                eprintln!("{}: this mode is not built yet", invocation.program);
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+/// Parses a mode's flags, handles `--help` and `--version`, sets up logging and runs it.
+fn run_mode<A: ModeArgs>(
+    program: &str,
+    args: &[String],
+    run: fn(A) -> Result<(), BoxError>,
+) -> ExitCode {
+    let args: A = match cli::parse_mode_args(program, args) {
+        Ok(args) => args,
+        Err(ParseStop::Help(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(ParseStop::Usage(line)) => {
+            eprintln!("{line}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.version() {
+        println!("{program} {}", cli::VERSION);
+        return ExitCode::SUCCESS;
+    }
+    let (verbosity, format) = args.logging();
+    logging::init(verbosity, format);
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            log::error!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}

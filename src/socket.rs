@@ -1,0 +1,403 @@
+//! The one socket layer every mode uses: address parsing, binding with stale-socket cleanup and
+//! permissions, a guard that removes only our own socket, and dialling with back-off.
+//!
+//! Binding is careful because the paths are shared with other processes (the kubelet, a
+//! previous instance of ourselves, an operator's files): a live socket is never stolen, a file
+//! that is not a socket is never removed, and a socket that someone re-created after us is never
+//! deleted by our shutdown.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A Unix socket address holds 108 bytes including the terminating NUL.
+pub const MAX_PATH_BYTES: usize = 107;
+
+/// Everything that can go wrong in this module; each variant names the path involved.
+#[derive(Debug)]
+pub enum SocketError {
+    EmptyAddress,
+    Relative(String),
+    TooLong {
+        path: PathBuf,
+        len: usize,
+    },
+    InUse(PathBuf),
+    NotASocket {
+        path: PathBuf,
+        kind: &'static str,
+    },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl std::fmt::Display for SocketError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::EmptyAddress => write!(f, "socket address is empty"),
+            Self::Relative(a) => write!(f, "socket address {a:?} is not an absolute path"),
+            Self::TooLong { path, len } => write!(
+                f,
+                "socket path {} is {len} bytes; a Unix socket path holds at most {MAX_PATH_BYTES}",
+                path.display()
+            ),
+            Self::InUse(p) => write!(f, "socket {} is in use by another process", p.display()),
+            Self::NotASocket { path, kind } => {
+                write!(
+                    f,
+                    "{} exists and is a {kind}, not a socket; refusing to replace it",
+                    path.display()
+                )
+            }
+            Self::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for SocketError {}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SocketError + 'a {
+    move |source| SocketError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Parses `unix:///abs/path`, `unix:/abs/path` or `/abs/path` into a socket path.
+pub fn parse_address(address: &str) -> Result<PathBuf, SocketError> {
+    let path = address
+        .strip_prefix("unix://")
+        .or_else(|| address.strip_prefix("unix:"))
+        .unwrap_or(address);
+    if path.is_empty() {
+        return Err(SocketError::EmptyAddress);
+    }
+    if !path.starts_with('/') {
+        return Err(SocketError::Relative(address.to_owned()));
+    }
+    check_length(Path::new(path))?;
+    Ok(PathBuf::from(path))
+}
+
+fn check_length(path: &Path) -> Result<(), SocketError> {
+    let len = path.as_os_str().len();
+    if len > MAX_PATH_BYTES {
+        return Err(SocketError::TooLong {
+            path: path.to_owned(),
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// How a socket file is to be created.
+#[derive(Debug, Clone, Copy)]
+pub struct Permissions {
+    /// File mode of the socket, e.g. 0o660.
+    pub mode: u32,
+    /// Group to own the socket, if not the process's.
+    pub gid: Option<u32>,
+}
+
+/// Parses an octal mode as given to `--socket-mode` ("0660", "660", "0o660").
+pub fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.strip_prefix("0o").unwrap_or(text);
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o7777 => Ok(mode),
+        _ => Err(format!(
+            "invalid socket mode {text:?}: expected octal such as 0660"
+        )),
+    }
+}
+
+/// Removes a stale socket at `path`, or explains why the path cannot be used.
+fn clear_path(path: &Path) -> Result<(), SocketError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("inspect", path)(e)),
+    };
+    let kind = meta.file_type();
+    if !kind.is_socket() {
+        let kind = if kind.is_dir() {
+            "directory"
+        } else if kind.is_symlink() {
+            "symbolic link"
+        } else if kind.is_file() {
+            "regular file"
+        } else {
+            "special file"
+        };
+        return Err(SocketError::NotASocket {
+            path: path.to_owned(),
+            kind,
+        });
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(SocketError::InUse(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            log::info!("removing stale socket {}", path.display());
+            std::fs::remove_file(path).map_err(io_err("remove stale socket", path))
+        }
+        Err(e) => Err(io_err("probe existing socket", path)(e)),
+    }
+}
+
+/// Binds a listening socket at `path` with the given permissions.
+///
+/// The socket is bound under a hidden temporary name in the same directory, given its mode and
+/// group, and then renamed into place: the path appears only once it is listening with the
+/// final permissions (a watcher such as the kubelet never sees a socket that refuses it, and no
+/// process-wide umask is touched). Names starting with `.` are ignored by the kubelet.
+pub fn bind(
+    path: &Path,
+    perms: Permissions,
+) -> Result<(std::os::unix::net::UnixListener, SocketGuard), SocketError> {
+    check_length(path)?;
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(parent).map_err(io_err("create directory", parent))?;
+    clear_path(path)?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = parent.join(format!(".{}.{}", std::process::id(), file_name));
+    let staged = if check_length(&temp).is_ok() {
+        temp
+    } else {
+        path.to_owned()
+    };
+    clear_path(&staged)?;
+    let listener =
+        std::os::unix::net::UnixListener::bind(&staged).map_err(io_err("bind", &staged))?;
+    let finish = || -> Result<SocketGuard, SocketError> {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(perms.mode))
+            .map_err(io_err("set mode of", &staged))?;
+        if let Some(gid) = perms.gid {
+            std::os::unix::fs::lchown(&staged, None, Some(gid))
+                .map_err(io_err("set group of", &staged))?;
+        }
+        let meta = std::fs::symlink_metadata(&staged).map_err(io_err("inspect", &staged))?;
+        if staged != path {
+            std::fs::rename(&staged, path).map_err(io_err("move socket into place at", path))?;
+        }
+        Ok(SocketGuard::new(path.to_owned(), meta.dev(), meta.ino()))
+    };
+    match finish() {
+        Ok(guard) => Ok((listener, guard)),
+        Err(e) => {
+            let _ = std::fs::remove_file(&staged);
+            Err(e)
+        }
+    }
+}
+
+/// Async flavour of [`bind`] for tokio servers.
+pub fn bind_tokio(
+    path: &Path,
+    perms: Permissions,
+) -> Result<(tokio::net::UnixListener, SocketGuard), SocketError> {
+    let (listener, guard) = bind(path, perms)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io_err("configure", path))?;
+    let listener =
+        tokio::net::UnixListener::from_std(listener).map_err(io_err("register", path))?;
+    Ok((listener, guard))
+}
+
+/// Sockets this process created and still owns, for the forced-exit path in `shutdown`.
+static OWNED: Mutex<Vec<(PathBuf, u64, u64)>> = Mutex::new(Vec::new());
+
+/// Removes the socket file when dropped, but only if the path still holds the very socket we
+/// created (same device and inode): a successor that re-created the path keeps its socket.
+#[derive(Debug)]
+pub struct SocketGuard {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl SocketGuard {
+    fn new(path: PathBuf, dev: u64, ino: u64) -> Self {
+        OWNED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((path.clone(), dev, ino));
+        Self { path, dev, ino }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True while the path still holds our socket.
+    pub fn is_ours(&self) -> bool {
+        is_same_socket(&self.path, self.dev, self.ino)
+    }
+}
+
+fn is_same_socket(path: &Path, dev: u64, ino: u64) -> bool {
+    std::fs::symlink_metadata(path)
+        .map(|m| m.file_type().is_socket() && m.dev() == dev && m.ino() == ino)
+        .unwrap_or(false)
+}
+
+fn remove_if_ours(path: &Path, dev: u64, ino: u64) {
+    if !is_same_socket(path, dev, ino) {
+        log::debug!(
+            "not removing {}: it is no longer our socket",
+            path.display()
+        );
+        return;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => log::debug!("removed socket {}", path.display()),
+        Err(e) => log::warn!("could not remove socket {}: {e}", path.display()),
+    }
+}
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        remove_if_ours(&self.path, self.dev, self.ino);
+        let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+        owned.retain(|(p, d, i)| !(p == &self.path && *d == self.dev && *i == self.ino));
+    }
+}
+
+/// Removes every socket this process still owns; for exits that skip destructors.
+pub fn remove_owned_sockets() {
+    let owned = std::mem::take(&mut *OWNED.lock().unwrap_or_else(|p| p.into_inner()));
+    for (path, dev, ino) in owned {
+        remove_if_ours(&path, dev, ino);
+    }
+}
+
+/// Dials a gRPC server on a Unix socket, retrying with back-off until it answers or `give_up`
+/// (if any) has passed. Each attempt is bounded by `attempt_timeout`; "still waiting" is logged
+/// at most every 10 seconds.
+pub async fn dial(
+    path: &Path,
+    attempt_timeout: Duration,
+    give_up: Option<Duration>,
+) -> Result<tonic::transport::Channel, SocketError> {
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(50);
+    let mut last_notice = started;
+    loop {
+        let error = match tokio::time::timeout(attempt_timeout, connect(path)).await {
+            Ok(Ok(channel)) => return Ok(channel),
+            Ok(Err(e)) => e,
+            Err(_) => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer within {attempt_timeout:?}"),
+            ),
+        };
+        if give_up.is_some_and(|limit| started.elapsed() >= limit) {
+            return Err(io_err("connect to", path)(error));
+        }
+        if last_notice.elapsed() >= Duration::from_secs(10) {
+            log::info!("still waiting for {} ({error})", path.display());
+            last_notice = Instant::now();
+        } else {
+            log::debug!(
+                "connect to {}: {error}; retrying in {delay:?}",
+                path.display()
+            );
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One connection attempt. The URI is required by tonic but unused: the connector ignores it.
+pub async fn connect(path: &Path) -> io::Result<tonic::transport::Channel> {
+    let path = path.to_owned();
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move {
+            Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(
+                tokio::net::UnixStream::connect(path).await?,
+            ))
+        }
+    });
+    tonic::transport::Endpoint::from_static("http://[::1]:50051")
+        .connect_with_connector(connector)
+        .await
+        .map_err(|e| io::Error::other(error_chain(&e)))
+}
+
+/// The full cause chain of an error on one line; transport errors hide the useful part
+/// ("No such file or directory") in their sources.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_in_every_accepted_form_parse_to_the_same_path() {
+        for address in [
+            "unix:///csi/csi.sock",
+            "unix:/csi/csi.sock",
+            "/csi/csi.sock",
+        ] {
+            assert_eq!(
+                parse_address(address).unwrap(),
+                PathBuf::from("/csi/csi.sock"),
+                "{address}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_and_relative_addresses_are_refused_by_name() {
+        assert!(matches!(parse_address(""), Err(SocketError::EmptyAddress)));
+        assert!(matches!(
+            parse_address("unix://"),
+            Err(SocketError::EmptyAddress)
+        ));
+        let err = parse_address("unix://csi.sock").unwrap_err().to_string();
+        assert!(
+            err.contains("\"unix://csi.sock\"") && err.contains("absolute"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_over_long_path_names_the_path_and_the_limit() {
+        let long = format!("/{}", "a".repeat(107));
+        let err = parse_address(&long).unwrap_err().to_string();
+        assert!(
+            err.contains(&long) && err.contains("108 bytes") && err.contains("107"),
+            "{err}"
+        );
+        assert!(parse_address(&format!("/{}", "a".repeat(106))).is_ok());
+    }
+
+    #[test]
+    fn socket_modes_parse_as_octal() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert_eq!(parse_mode("700"), Ok(0o700));
+        assert_eq!(parse_mode("0o755"), Ok(0o755));
+        assert!(parse_mode("rw").is_err() && parse_mode("99").is_err());
+    }
+}
