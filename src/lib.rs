@@ -4,22 +4,39 @@
 //!
 //! - `main.rs` — thin: argv → mode → run → exit code (the only place that picks exit codes).
 //! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation.
+//! - [`duration`] — Go duration syntax for upstream-compatible flags (`2m30s`).
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
 //!   dialling with back-off.
 //! - [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
 //! - [`node_server`] — the CSI plugin (`node-server` mode).
+//! - [`probe`] — livenessprobe server, exec probes, kubelet emulator (`probe` mode).
 
 pub mod cli;
+pub mod duration;
 pub mod logging;
 pub mod node_server;
+pub mod probe;
 pub mod proto;
 pub mod shutdown;
 pub mod socket;
 
 /// The error type mode entry points return; `main` prints it and exits 1.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A usage mistake found after flag parsing (a missing subcommand, flags that exclude each
+/// other); `main` reports it like a bad flag, with exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 /// What `main` needs from every mode's argument struct, beyond parsing.
 pub trait ModeArgs: argh::FromArgs + argh::ArgsInfo {

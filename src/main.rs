@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use csi_nodekit::cli::{self, Dispatch, Mode, ParseStop};
-use csi_nodekit::{BoxError, ModeArgs, logging, node_server};
+use csi_nodekit::{BoxError, ModeArgs, UsageError, logging, node_server, probe};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
@@ -26,7 +26,8 @@ fn main() -> ExitCode {
         }
         Dispatch::Run(invocation) => match invocation.mode {
             Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::run),
-            Mode::Registrar | Mode::Probe => {
+            Mode::Probe => run_mode(&invocation.program, &invocation.args, probe::run),
+            Mode::Registrar => {
                 eprintln!("{}: this mode is not built yet", invocation.program);
                 ExitCode::FAILURE
             }
@@ -59,6 +60,10 @@ fn run_mode<A: ModeArgs>(
     logging::init(verbosity, format);
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.is::<UsageError>() => {
+            eprintln!("{program}: {error}");
+            ExitCode::from(2)
+        }
         Err(error) => {
             log::error!("{error}");
             ExitCode::FAILURE
