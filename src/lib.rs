@@ -9,13 +9,17 @@
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
 //!   dialling with back-off.
 //! - [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
+//! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics`, and a one-shot GET.
+//! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
 //! - [`node_server`] — the CSI plugin (`node-server` mode).
 //! - [`probe`] — livenessprobe server, exec probes, kubelet emulator (`probe` mode).
 
 pub mod cli;
 pub mod duration;
+pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod node_server;
 pub mod probe;
 pub mod proto;

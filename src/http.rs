@@ -1,0 +1,200 @@
+//! The small HTTP/1.1 server behind `/healthz`, `/readyz` and `/metrics` (registrar and probe),
+//! and the one-request client `probe registration` uses to ask the registrar.
+//!
+//! Memory stays bounded whatever the request rate: connections are capped, headers must arrive
+//! within a deadline, and each reply is built by the caller's handler from shared state.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::shutdown::Shutdown;
+
+/// Probes from one kubelet and a Prometheus scraper need a handful; the cap is what keeps a
+/// flood from growing memory.
+const MAX_CONNECTIONS: usize = 64;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn text(status: u16, body: impl Into<String>) -> Self {
+        Self {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into(),
+        }
+    }
+
+    pub fn not_found() -> Self {
+        Self::text(404, "404 page not found\n")
+    }
+
+    fn into_response(self) -> hyper::Response<Full<Bytes>> {
+        let mut response = hyper::Response::new(Full::new(Bytes::from(self.body)));
+        *response.status_mut() = hyper::StatusCode::from_u16(self.status)
+            .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+        if let Ok(value) = hyper::header::HeaderValue::from_str(self.content_type) {
+            response
+                .headers_mut()
+                .insert(hyper::header::CONTENT_TYPE, value);
+        }
+        response
+    }
+}
+
+/// Turns a Go-style listen address into something to bind: `:9808` means every interface
+/// (IPv6 and IPv4 where the node has IPv6, IPv4 otherwise), `host:port` is used as given.
+fn bind_candidates(endpoint: &str) -> Vec<String> {
+    match endpoint.strip_prefix(':') {
+        Some(port) => vec![format!("[::]:{port}"), format!("0.0.0.0:{port}")],
+        None => vec![endpoint.to_owned()],
+    }
+}
+
+/// Binds the HTTP listener for `endpoint` (`:9808`, `0.0.0.0:9808`, `[::1]:9808`, `localhost:9808`).
+pub async fn bind(endpoint: &str) -> Result<TcpListener, String> {
+    let mut last_error = format!("invalid HTTP endpoint {endpoint:?}");
+    for candidate in bind_candidates(endpoint) {
+        match TcpListener::bind(&candidate).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last_error = format!("listen on {endpoint}: {e}"),
+        }
+    }
+    Err(last_error)
+}
+
+/// Serves until `shutdown`, answering every request with `handler(path)`.
+pub async fn serve<H, F>(listener: TcpListener, handler: H, shutdown: Shutdown)
+where
+    H: Fn(String) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Reply> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.clone().wait() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                log::warn!("HTTP accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Waiting for a free slot before the next accept is the back-pressure.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let reply = handler(request.uri().path().to_owned());
+                    async move { Ok::<_, Infallible>(reply.await.into_response()) }
+                },
+            );
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = connection.await {
+                log::trace!("HTTP connection: {e}");
+            }
+        });
+    }
+}
+
+/// One GET of `path` on `address` (`host:port`), within `timeout`; returns status and body.
+pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let address = bind_candidates(address)
+        .pop()
+        .unwrap_or_default()
+        .replace("0.0.0.0", "127.0.0.1");
+    let exchange = async {
+        let stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| format!("connect to {address}: {e}"))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP handshake with {address}: {e}"))?;
+        tokio::spawn(connection);
+        let request = hyper::Request::get(path)
+            .header(hyper::header::HOST, address.as_str())
+            .body(http_body_util::Empty::<Bytes>::new())
+            .map_err(|e| format!("build request for {path}: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("GET {path} from {address}: {e}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("read reply from {address}: {e}"))?;
+        Ok((
+            status,
+            String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        ))
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer from {address} within {timeout:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_port_means_every_interface() {
+        assert_eq!(bind_candidates(":9808"), vec!["[::]:9808", "0.0.0.0:9808"]);
+        assert_eq!(bind_candidates("127.0.0.1:9808"), vec!["127.0.0.1:9808"]);
+    }
+
+    #[tokio::test]
+    async fn the_server_answers_with_the_handlers_reply_and_stops_on_shutdown() {
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (trigger, shutdown) = Shutdown::manual();
+        let server = tokio::spawn(serve(
+            listener,
+            |path: String| async move {
+                if path == "/healthz" {
+                    Reply::text(200, "ok")
+                } else {
+                    Reply::not_found()
+                }
+            },
+            shutdown,
+        ));
+        let timeout = Duration::from_secs(5);
+        assert_eq!(
+            get(&address, "/healthz", timeout).await.unwrap(),
+            (200, "ok".to_owned())
+        );
+        assert_eq!(get(&address, "/nope", timeout).await.unwrap().0, 404);
+        trigger.fire();
+        server.await.unwrap();
+        assert!(
+            get(&address, "/healthz", timeout).await.is_err(),
+            "still listening after shutdown"
+        );
+    }
+}
