@@ -4,6 +4,7 @@
 //!
 //! - `main.rs` — thin: argv → mode → run → exit code (the only place that picks exit codes).
 //! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation.
+//! - [`driver_name`] — the CSI naming rule for driver names.
 //! - [`duration`] — Go duration syntax for upstream-compatible flags (`2m30s`).
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
@@ -13,9 +14,11 @@
 //! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
 //! - [`node_server`] — the CSI plugin (`node-server` mode).
+//! - [`registrar`] — drop-in node-driver-registrar that keeps the driver registered.
 //! - [`probe`] — livenessprobe server, exec probes, kubelet emulator (`probe` mode).
 
 pub mod cli;
+pub mod driver_name;
 pub mod duration;
 pub mod http;
 pub mod logging;
@@ -23,6 +26,7 @@ pub mod metrics;
 pub mod node_server;
 pub mod probe;
 pub mod proto;
+pub mod registrar;
 pub mod shutdown;
 pub mod socket;
 

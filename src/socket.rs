@@ -183,11 +183,15 @@ pub fn bind(
             std::os::unix::fs::lchown(&staged, None, Some(gid))
                 .map_err(io_err("set group of", &staged))?;
         }
-        let meta = std::fs::symlink_metadata(&staged).map_err(io_err("inspect", &staged))?;
         if staged != path {
             std::fs::rename(&staged, path).map_err(io_err("move socket into place at", path))?;
         }
-        Ok(SocketGuard::new(path.to_owned(), meta.dev(), meta.ino()))
+        let identity = identity_of(path).ok_or_else(|| SocketError::Io {
+            op: "inspect",
+            path: path.to_owned(),
+            source: io::Error::other("socket vanished right after it was created"),
+        })?;
+        Ok(SocketGuard::new(path.to_owned(), identity))
     };
     match finish() {
         Ok(guard) => Ok((listener, guard)),
@@ -212,25 +216,48 @@ pub fn bind_tokio(
     Ok((listener, guard))
 }
 
+/// Which socket file a path holds: device and inode, plus the inode's change time, because
+/// filesystems hand a freed inode number to the next file created (a successor's socket made
+/// right after ours was deleted often gets our old number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+}
+
+/// The identity of the socket at `path`, if it holds a socket (symlinks are not followed).
+pub fn identity_of(path: &Path) -> Option<Identity> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    meta.file_type().is_socket().then(|| Identity {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        ctime: (meta.ctime(), meta.ctime_nsec()),
+    })
+}
+
 /// Sockets this process created and still owns, for the forced-exit path in `shutdown`.
-static OWNED: Mutex<Vec<(PathBuf, u64, u64)>> = Mutex::new(Vec::new());
+static OWNED: Mutex<Vec<(PathBuf, Identity)>> = Mutex::new(Vec::new());
+
+fn owned() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Identity)>> {
+    OWNED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Removes the socket file when dropped, but only if the path still holds the very socket we
-/// created (same device and inode): a successor that re-created the path keeps its socket.
+/// created (same device, inode and change time): a successor that re-created the path keeps
+/// its socket.
 #[derive(Debug)]
 pub struct SocketGuard {
     path: PathBuf,
-    dev: u64,
-    ino: u64,
+    identity: Identity,
 }
 
 impl SocketGuard {
-    fn new(path: PathBuf, dev: u64, ino: u64) -> Self {
-        OWNED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((path.clone(), dev, ino));
-        Self { path, dev, ino }
+    fn new(path: PathBuf, identity: Identity) -> Self {
+        owned().push((path.clone(), identity));
+        Self { path, identity }
     }
 
     pub fn path(&self) -> &Path {
@@ -239,18 +266,12 @@ impl SocketGuard {
 
     /// True while the path still holds our socket.
     pub fn is_ours(&self) -> bool {
-        is_same_socket(&self.path, self.dev, self.ino)
+        identity_of(&self.path) == Some(self.identity)
     }
 }
 
-fn is_same_socket(path: &Path, dev: u64, ino: u64) -> bool {
-    std::fs::symlink_metadata(path)
-        .map(|m| m.file_type().is_socket() && m.dev() == dev && m.ino() == ino)
-        .unwrap_or(false)
-}
-
-fn remove_if_ours(path: &Path, dev: u64, ino: u64) {
-    if !is_same_socket(path, dev, ino) {
+fn remove_if_ours(path: &Path, identity: Identity) {
+    if identity_of(path) != Some(identity) {
         log::debug!(
             "not removing {}: it is no longer our socket",
             path.display()
@@ -265,17 +286,16 @@ fn remove_if_ours(path: &Path, dev: u64, ino: u64) {
 
 impl Drop for SocketGuard {
     fn drop(&mut self) {
-        remove_if_ours(&self.path, self.dev, self.ino);
-        let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
-        owned.retain(|(p, d, i)| !(p == &self.path && *d == self.dev && *i == self.ino));
+        remove_if_ours(&self.path, self.identity);
+        owned().retain(|(p, i)| !(p == &self.path && *i == self.identity));
     }
 }
 
 /// Removes every socket this process still owns; for exits that skip destructors.
 pub fn remove_owned_sockets() {
-    let owned = std::mem::take(&mut *OWNED.lock().unwrap_or_else(|p| p.into_inner()));
-    for (path, dev, ino) in owned {
-        remove_if_ours(&path, dev, ino);
+    let owned = std::mem::take(&mut *owned());
+    for (path, identity) in owned {
+        remove_if_ours(&path, identity);
     }
 }
 

@@ -77,3 +77,4 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+pub mod fake_driver;

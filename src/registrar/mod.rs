@@ -1,0 +1,181 @@
+//! `registrar`: a drop-in `node-driver-registrar` that asks the driver its name, serves the
+//! kubelet's plugin-registration API on `<driver>-reg.sock`, and keeps the driver registered
+//! through late starts, restarts, deleted sockets and rejected registrations.
+
+mod health;
+mod service;
+mod supervise;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use argh::{ArgsInfo, FromArgs};
+
+pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
+pub use supervise::registration_socket;
+
+use crate::duration::GoDuration;
+use crate::shutdown::Shutdown;
+use crate::{BoxError, UsageError, logging, socket};
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+/// Registers a CSI driver with the kubelet and keeps it registered (drop-in node-driver-registrar).
+pub struct Args {
+    /// address of the CSI driver socket
+    #[argh(option, default = "String::from(\"/run/csi/socket\")")]
+    pub csi_address: String,
+    /// path of the driver socket on the host, handed to the kubelet (required)
+    #[argh(option)]
+    pub kubelet_registration_path: Option<String>,
+    /// directory where <driver>-reg.sock is created
+    #[argh(option, default = "PathBuf::from(\"/registration\")")]
+    pub plugin_registration_path: PathBuf,
+    /// deadline of each GetPluginInfo call and of the /healthz self-check (Go duration)
+    #[argh(option, default = "GoDuration(Duration::from_secs(1))")]
+    pub timeout: GoDuration,
+    /// address of the HTTP server for /healthz, /readyz and /metrics, e.g. :9809 (off if empty)
+    #[argh(option, default = "String::new()")]
+    pub http_endpoint: String,
+    /// deprecated: TCP port for /healthz (use --http-endpoint)
+    #[argh(option, default = "0")]
+    pub health_port: u16,
+    /// deprecated: kubelet-registration-probe exits at once, as upstream does
+    #[argh(option, default = "String::new()")]
+    pub mode: String,
+    /// deprecated, no effect
+    #[argh(option)]
+    pub connection_timeout: Option<String>,
+    /// give up if the driver has not answered within this Go duration (default: wait forever)
+    #[argh(option)]
+    pub driver_wait_limit: Option<GoDuration>,
+    /// file mode of the registration socket, octal
+    #[argh(option, default = "String::from(\"0700\")")]
+    pub socket_mode: String,
+    /// numeric group ID to own the registration socket
+    #[argh(option)]
+    pub socket_group: Option<u32>,
+    /// accepted for compatibility and ignored (Go profiling endpoints)
+    #[argh(switch)]
+    pub enable_pprof: bool,
+    /// accepted for compatibility and ignored (Go runtime tuning)
+    #[argh(switch)]
+    pub automaxprocs: bool,
+    /// log verbosity, klog style (0 = quiet)
+    #[argh(option, default = "0")]
+    pub v: u8,
+    /// log format: text or json
+    #[argh(option, default = "logging::Format::Text")]
+    pub logging_format: logging::Format,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+}
+
+impl crate::ModeArgs for Args {
+    fn version(&self) -> bool {
+        self.version
+    }
+    fn logging(&self) -> (u8, logging::Format) {
+        (self.v, self.logging_format)
+    }
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub csi_address: PathBuf,
+    pub kubelet_registration_path: String,
+    pub plugin_registration_path: PathBuf,
+    pub timeout: Duration,
+    pub http_endpoint: Option<String>,
+    pub driver_wait_limit: Option<Duration>,
+    pub socket_perms: socket::Permissions,
+}
+
+impl Config {
+    /// Checks the flags; `None` means "exit at once, successfully" (the probe mode).
+    pub fn from_args(args: Args) -> Result<Option<Self>, BoxError> {
+        match args.mode.as_str() {
+            "" | "registration" => {}
+            "kubelet-registration-probe" => {
+                log::info!(
+                    "--mode=kubelet-registration-probe is a no-op, as upstream; use `probe registration`"
+                );
+                return Ok(None);
+            }
+            other => return Err(UsageError(format!("unknown --mode {other:?}")).into()),
+        }
+        let Some(kubelet_registration_path) =
+            args.kubelet_registration_path.filter(|p| !p.is_empty())
+        else {
+            return Err(UsageError("--kubelet-registration-path is required".into()).into());
+        };
+        let http_endpoint = match (args.http_endpoint.is_empty(), args.health_port) {
+            (true, 0) => None,
+            (false, 0) => Some(args.http_endpoint),
+            (true, port) => Some(format!(":{port}")),
+            (false, _) => {
+                return Err(UsageError(
+                    "only one of --http-endpoint and --health-port may be set".into(),
+                )
+                .into());
+            }
+        };
+        if args.connection_timeout.is_some() {
+            log::info!("--connection-timeout is deprecated and has no effect");
+        }
+        if args.enable_pprof || args.automaxprocs {
+            log::info!("--enable-pprof and --automaxprocs are Go runtime options; ignored");
+        }
+        Ok(Some(Self {
+            csi_address: socket::parse_address(&args.csi_address)?,
+            kubelet_registration_path,
+            plugin_registration_path: args.plugin_registration_path,
+            timeout: args.timeout.0,
+            http_endpoint,
+            driver_wait_limit: args.driver_wait_limit.map(|d| d.0).filter(|d| !d.is_zero()),
+            socket_perms: socket::Permissions {
+                mode: socket::parse_mode(&args.socket_mode)?,
+                gid: args.socket_group,
+            },
+        }))
+    }
+}
+
+/// Runs the registrar until SIGTERM or SIGINT.
+pub fn run(args: Args) -> Result<(), BoxError> {
+    let Some(config) = Config::from_args(args)? else {
+        return Ok(());
+    };
+    // One thread: the registrar does little, and every thread costs memory on every node.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let shutdown = Shutdown::on_signals()?;
+        serve(config, shutdown).await
+    })
+}
+
+/// Serves the HTTP endpoint (if any) and supervises registration until `shutdown`.
+pub async fn serve(config: Config, shutdown: Shutdown) -> Result<(), BoxError> {
+    let mut metrics = crate::metrics::Metrics::new();
+    let tracker = Tracker::new(&mut metrics);
+    let metrics = Arc::new(metrics);
+    let config = Arc::new(config);
+    if let Some(endpoint) = &config.http_endpoint {
+        let listener = crate::http::bind(endpoint).await?;
+        let handler = health::Handler {
+            config: config.clone(),
+            tracker: tracker.clone(),
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(crate::http::serve(
+            listener,
+            move |path| handler.clone().answer(path),
+            shutdown.clone(),
+        ));
+    }
+    supervise::supervise(config, tracker, metrics, shutdown).await
+}

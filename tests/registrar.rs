@@ -1,0 +1,437 @@
+//! The registrar as a real process, between a real CSI driver socket and a kubelet-side client
+//! speaking the registration API over its real registration socket.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::fake_driver::FakeDriver;
+use common::{KillOnDrop, is_socket};
+use csi_nodekit::proto::registration::{
+    InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
+};
+
+const DRIVER: &str = "fake.csi.example.io";
+const HOST_PATH: &str = "/var/lib/kubelet/plugins/fake.csi.example.io/csi.sock";
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    csi: PathBuf,
+    registry: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let csi = dir.path().join("plugin/csi.sock");
+        let registry = dir.path().join("plugins_registry");
+        Self {
+            csi,
+            registry,
+            _dir: dir,
+        }
+    }
+
+    fn reg_socket(&self) -> PathBuf {
+        self.registry.join(format!("{DRIVER}-reg.sock"))
+    }
+
+    /// Starts the registrar with the argument list real DaemonSets use, plus our HTTP endpoint.
+    fn start_registrar(&self, extra: &[&str]) -> (KillOnDrop, String) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let http = format!("127.0.0.1:{port}");
+        let child = Command::new(common::binary())
+            .arg("registrar")
+            .args(["--v=2", &format!("--csi-address={}", self.csi.display())])
+            .arg(format!("--kubelet-registration-path={HOST_PATH}"))
+            .args([
+                "-plugin-registration-path",
+                &self.registry.display().to_string(),
+            ])
+            .arg(format!("--http-endpoint={http}"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start registrar");
+        (KillOnDrop(child), http)
+    }
+}
+
+/// Which socket is at `path` (inode numbers alone get reused by the next file created).
+fn inode(path: &Path) -> Option<csi_nodekit::socket::Identity> {
+    csi_nodekit::socket::identity_of(path)
+}
+
+async fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+async fn kubelet(socket: &Path) -> RegistrationClient<tonic::transport::Channel> {
+    RegistrationClient::new(
+        csi_nodekit::socket::connect(socket)
+            .await
+            .expect("dial registration socket"),
+    )
+}
+
+async fn notify(socket: &Path, registered: bool, error: &str) {
+    let status = RegistrationStatus {
+        plugin_registered: registered,
+        error: error.into(),
+    };
+    kubelet(socket)
+        .await
+        .notify_registration_status(status)
+        .await
+        .expect("notify");
+}
+
+async fn http(address: &str, path: &str) -> (u16, String) {
+    csi_nodekit::http::get(address, path, Duration::from_secs(5))
+        .await
+        .expect("HTTP answer")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_info_returns_the_driver_name_endpoint_and_version_on_a_0700_socket() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (_registrar, _) = setup.start_registrar(&[]);
+    assert!(
+        wait_for(WAIT, || is_socket(&setup.reg_socket())).await,
+        "no registration socket"
+    );
+    let info = kubelet(&setup.reg_socket())
+        .await
+        .get_info(InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.r#type, "CSIPlugin");
+    assert_eq!(info.name, DRIVER);
+    assert_eq!(info.endpoint, HOST_PATH);
+    assert_eq!(info.supported_versions, vec!["1.0.0"]);
+    let mode = std::fs::metadata(setup.reg_socket())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_driver_socket_is_waited_for_while_healthz_stays_alive() {
+    let setup = Setup::new();
+    let (_registrar, http_addr) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || std::net::TcpStream::connect(&http_addr).is_ok()).await);
+    let (code, body) = http(&http_addr, "/healthz").await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http(&http_addr, "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("waiting for the driver"), "{body}");
+    tokio::time::sleep(Duration::from_millis(1500)).await; // upstream would be counting to its 30 s exit
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    assert!(
+        wait_for(WAIT, || is_socket(&setup.reg_socket())).await,
+        "registrar did not register the late driver"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_plugin_info_failures_are_retried_with_backoff() {
+    let setup = Setup::new();
+    let driver = FakeDriver::start(&setup.csi, DRIVER);
+    driver.behaviour.failures_left.store(2, Ordering::SeqCst);
+    let (_registrar, http_addr) = setup.start_registrar(&[]);
+    assert!(
+        wait_for(WAIT, || is_socket(&setup.reg_socket())).await,
+        "never registered after failures"
+    );
+    assert_eq!(driver.behaviour.plugin_info_calls.load(Ordering::SeqCst), 3);
+    let (_, metrics) = http(&http_addr, "/metrics").await;
+    assert!(
+        metrics.contains(r#"grpc_status_code="Unavailable""#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"method_name="/csi.v1.Identity/GetPluginInfo""#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_registration_makes_readyz_answer_200() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (_registrar, http_addr) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    assert_eq!(http(&http_addr, "/readyz").await.0, 503);
+    notify(&setup.reg_socket(), true, "").await;
+    assert_eq!(http(&http_addr, "/readyz").await, (200, "ok".to_owned()));
+    let (_, metrics) = http(&http_addr, "/metrics").await;
+    assert!(
+        metrics.contains(r#"csi_nodekit_registrar_state{state="registered"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_backoff() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (mut registrar, http_addr) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let first = inode(&setup.reg_socket());
+    notify(&setup.reg_socket(), false, "node ID is empty").await;
+    let (code, body) = http(&http_addr, "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("node ID is empty"), "{body}");
+    let recreated = wait_for(WAIT, || {
+        inode(&setup.reg_socket()).is_some_and(|i| Some(i) != first)
+    })
+    .await;
+    assert!(recreated, "registration socket was not re-created");
+    assert!(
+        registrar.0.try_wait().unwrap().is_none(),
+        "registrar exited after a failed registration"
+    );
+    let (_, metrics) = http(&http_addr, "/metrics").await;
+    assert!(
+        metrics.contains(r#"csi_nodekit_registrar_last_error{error="node ID is empty"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("csi_nodekit_registrar_registration_attempts_total 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (_registrar, _) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    std::fs::remove_file(setup.reg_socket()).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(3), || is_socket(&setup.reg_socket())).await,
+        "not healed"
+    );
+    let info = kubelet(&setup.reg_socket())
+        .await
+        .get_info(InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, DRIVER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_restart_recreates_the_registration_socket() {
+    let setup = Setup::new();
+    let driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (_registrar, _) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let first = inode(&setup.reg_socket());
+    driver.stop().await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        inode(&setup.reg_socket()),
+        first,
+        "socket should be kept while the driver is away"
+    );
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let recreated = wait_for(WAIT, || {
+        inode(&setup.reg_socket()).is_some_and(|i| Some(i) != first)
+    })
+    .await;
+    assert!(
+        recreated,
+        "registration socket was not re-created after the driver restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() {
+    let setup = Setup::new();
+    let driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (_registrar, _) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    driver.stop().await;
+    let _driver = FakeDriver::start(&setup.csi, "renamed.csi.example.io");
+    let renamed = setup.registry.join("renamed.csi.example.io-reg.sock");
+    assert!(
+        wait_for(WAIT, || is_socket(&renamed)).await,
+        "no socket for the new name"
+    );
+    assert!(
+        !setup.reg_socket().exists(),
+        "the old name's socket was left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_the_registration_socket_and_exits_0() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (mut registrar, _) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
+    let status = common::wait_exit(&mut registrar.0, WAIT);
+    assert_eq!(status.code(), Some(0));
+    assert!(!setup.reg_socket().exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_200_404_and_500_as_upstream_does() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let (_registrar, http_addr) = setup.start_registrar(&[]);
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    assert_eq!(http(&http_addr, "/healthz").await, (200, "ok".to_owned()));
+
+    // Missing socket → 404, caught before the registrar heals it (it may win the race; retry).
+    let mut saw_404 = false;
+    for _ in 0..10 {
+        assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+        std::fs::remove_file(setup.reg_socket()).unwrap();
+        let (code, body) = http(&http_addr, "/healthz").await;
+        if code == 404 {
+            assert_eq!(body, "registration socket does not exist");
+            saw_404 = true;
+            break;
+        }
+    }
+    assert!(saw_404, "never saw 404 for a missing registration socket");
+
+    // A socket that answers for another driver → 500 naming it.
+    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let mut saw_500 = false;
+    for _ in 0..10 {
+        let _ = std::fs::remove_file(setup.reg_socket());
+        let Ok(impostor) = std::panic::catch_unwind(|| {
+            FakeRegistration::start(&setup.reg_socket(), "other.csi.io")
+        }) else {
+            continue; // the registrar re-created its socket first
+        };
+        let (code, body) = http(&http_addr, "/healthz").await;
+        drop(impostor);
+        assert_eq!(code, 500, "{body}");
+        assert!(body.contains("other.csi.io"), "{body}");
+        saw_500 = true;
+        break;
+    }
+    assert!(saw_500, "could not put an impostor in place");
+}
+
+#[test]
+fn the_probe_mode_exits_0_at_once_as_upstream() {
+    let status = Command::new(common::binary())
+        .args([
+            "registrar",
+            "--mode=kubelet-registration-probe",
+            "--kubelet-registration-path=/x/csi.sock",
+        ])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn a_missing_kubelet_registration_path_is_a_usage_error() {
+    let out = Command::new(common::binary())
+        .args(["registrar", "--csi-address=/csi/csi.sock"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kubelet-registration-path"));
+}
+
+#[test]
+fn health_port_and_http_endpoint_together_are_refused() {
+    let out = Command::new(common::binary())
+        .args([
+            "registrar",
+            "--kubelet-registration-path=/x",
+            "--health-port=9809",
+            "--http-endpoint=:9809",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn go_only_flags_are_accepted() {
+    let out = Command::new(common::binary())
+        .args([
+            "csi-node-driver-registrar",
+            "--enable-pprof",
+            "--automaxprocs=true",
+            "--connection-timeout=15s",
+            "--version",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A registration server that answers GetInfo for some other driver.
+struct FakeRegistration {
+    _runtime_task: tokio::task::JoinHandle<()>,
+    stop: csi_nodekit::shutdown::Trigger,
+}
+
+impl FakeRegistration {
+    fn start(socket: &Path, name: &str) -> Self {
+        use csi_nodekit::proto::registration::registration_server::RegistrationServer;
+        let perms = csi_nodekit::socket::Permissions {
+            mode: 0o700,
+            gid: None,
+        };
+        let (listener, guard) =
+            csi_nodekit::socket::bind_tokio(socket, perms).expect("bind impostor");
+        let (stop, stopped) = csi_nodekit::shutdown::Shutdown::manual();
+        let (verdicts, _) = tokio::sync::mpsc::channel(1);
+        let info = csi_nodekit::registrar::plugin_info(name, "/elsewhere/csi.sock");
+        let service = csi_nodekit::registrar::RegistrationService {
+            info,
+            generation: 0,
+            verdicts,
+        };
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(service))
+                .serve_with_incoming_shutdown(incoming, stopped.wait())
+                .await;
+        });
+        Self {
+            _runtime_task: task,
+            stop,
+        }
+    }
+}
+
+impl Drop for FakeRegistration {
+    fn drop(&mut self) {
+        self.stop.fire();
+    }
+}
