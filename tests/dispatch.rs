@@ -18,7 +18,12 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn every_symlink_name_answers_version_with_its_own_name() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["csi-node-server"] {
+    for name in [
+        "csi-node-server",
+        "csi-node-driver-registrar",
+        "node-driver-registrar",
+        "livenessprobe",
+    ] {
         let link = common::symlink_as(dir.path(), name);
         let out = run(&link, &["--version"]);
         assert!(out.status.success(), "{name}: {out:?}");
@@ -31,7 +36,14 @@ fn every_symlink_name_answers_version_with_its_own_name() {
 
 #[test]
 fn every_subcommand_answers_version() {
-    for mode in ["node-server", "csi-node-server"] {
+    for mode in [
+        "node-server",
+        "csi-node-server",
+        "registrar",
+        "csi-node-driver-registrar",
+        "probe",
+        "livenessprobe",
+    ] {
         let out = run(&common::binary(), &[mode, "-version"]);
         assert!(out.status.success(), "{mode}: {out:?}");
         assert_eq!(

@@ -6,7 +6,11 @@
 //! - `registration` — asks the registrar whether the kubelet confirmed registration;
 //! - `kubelet` — the kubelet's plugin manager, emulated.
 
+mod check;
 pub mod kubelet;
+pub mod once;
+pub mod registration;
+pub mod serve;
 
 use argh::{ArgsInfo, FromArgs};
 
@@ -25,15 +29,27 @@ pub struct Args {
 #[derive(FromArgs, ArgsInfo, Debug)]
 #[argh(subcommand)]
 pub enum Command {
+    Serve(serve::Args),
+    Once(once::Args),
+    Registration(registration::Args),
     Kubelet(kubelet::Args),
 }
 
 impl crate::ModeArgs for Args {
     fn version(&self) -> bool {
-        self.version
+        let asked_below = match &self.command {
+            Some(Command::Serve(args)) => args.version,
+            Some(Command::Once(args)) => args.version,
+            Some(Command::Registration(args)) => args.version,
+            Some(Command::Kubelet(_)) | None => false,
+        };
+        self.version || asked_below
     }
     fn logging(&self) -> (u8, logging::Format) {
         match &self.command {
+            Some(Command::Serve(args)) => (args.v, args.logging_format),
+            Some(Command::Once(args)) => (args.v, args.logging_format),
+            Some(Command::Registration(args)) => (args.v, args.logging_format),
             Some(Command::Kubelet(args)) => (args.v, args.logging_format),
             None => (0, logging::Format::Text),
         }
@@ -43,6 +59,9 @@ impl crate::ModeArgs for Args {
 /// Runs the chosen probe.
 pub fn run(args: Args) -> Result<(), BoxError> {
     match args.command {
+        Some(Command::Serve(args)) => serve::run(args),
+        Some(Command::Once(args)) => once::run(args),
+        Some(Command::Registration(args)) => registration::run(args),
         Some(Command::Kubelet(args)) => kubelet::run(args),
         None => Err(UsageError(
             "a subcommand is required: serve, once, registration or kubelet".into(),

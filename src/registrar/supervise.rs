@@ -56,8 +56,7 @@ async fn learn_driver_name(
     let mut delay = FIRST_BACKOFF;
     loop {
         let asked = Instant::now();
-        let mut request = tonic::Request::new(crate::proto::csi::GetPluginInfoRequest {});
-        request.set_timeout(config.timeout);
+        let request = tonic::Request::new(crate::proto::csi::GetPluginInfoRequest {});
         let reply = tokio::time::timeout(config.timeout, client.get_plugin_info(request))
             .await
             .unwrap_or_else(|_| {

@@ -1,0 +1,46 @@
+//! `probe registration`: "has the kubelet registered my driver?", answered by the registrar's
+//! `/readyz` (which turns 200 only after the kubelet's NotifyRegistrationStatus(true)).
+//! Nothing is written to disk, so it works with `readOnlyRootFilesystem`.
+
+use std::time::Duration;
+
+use argh::{ArgsInfo, FromArgs};
+
+use crate::duration::GoDuration;
+use crate::{BoxError, logging};
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+#[argh(subcommand, name = "registration")]
+/// Exit 0 if the kubelet confirmed the driver's registration (asks the registrar's /readyz).
+pub struct Args {
+    /// the registrar's --http-endpoint (":9809" means this host)
+    #[argh(option, default = "String::from(\":9809\")")]
+    pub http_endpoint: String,
+    /// deadline for the answer (Go duration)
+    #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+    pub timeout: GoDuration,
+    /// log verbosity, klog style (0 = quiet)
+    #[argh(option, default = "0")]
+    pub v: u8,
+    /// log format: text or json
+    #[argh(option, default = "logging::Format::Text")]
+    pub logging_format: logging::Format,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+}
+
+pub fn run(args: Args) -> Result<(), BoxError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (status, body) = runtime.block_on(crate::http::get(
+        &args.http_endpoint,
+        "/readyz",
+        args.timeout.0,
+    ))?;
+    match status {
+        200 => Ok(()),
+        _ => Err(format!("not registered: {}", body.trim()).into()),
+    }
+}

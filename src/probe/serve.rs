@@ -1,0 +1,232 @@
+//! `probe serve`: a drop-in livenessprobe. It listens at once (answering 500 while the driver
+//! is absent instead of refusing connections), keeps one connection to the driver, lets
+//! simultaneous probes share one in-flight Probe call, and never exits because the driver is
+//! down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use argh::{ArgsInfo, FromArgs};
+use tokio::sync::{Mutex, watch};
+
+use super::check;
+use crate::duration::GoDuration;
+use crate::http::Reply;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+use crate::{BoxError, logging, socket};
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+#[argh(subcommand, name = "serve")]
+/// Serve /healthz by calling the driver's Probe (drop-in livenessprobe).
+pub struct Args {
+    /// address of the CSI driver socket
+    #[argh(option, default = "String::from(\"/run/csi/socket\")")]
+    pub csi_address: String,
+    /// deadline for connecting and calling Probe (Go duration)
+    #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+    pub probe_timeout: GoDuration,
+    /// deprecated: TCP port for /healthz on 0.0.0.0 (use --http-endpoint)
+    #[argh(option, default = "String::from(\"9808\")")]
+    pub health_port: String,
+    /// address to listen on for /healthz and /metrics, e.g. :9808
+    #[argh(option, default = "String::new()")]
+    pub http_endpoint: String,
+    /// deprecated: a separate address for metrics
+    #[argh(option, default = "String::new()")]
+    pub metrics_address: String,
+    /// path of the metrics page
+    #[argh(option, default = "String::from(\"/metrics\")")]
+    pub metrics_path: String,
+    /// log verbosity, klog style (0 = quiet)
+    #[argh(option, default = "0")]
+    pub v: u8,
+    /// log format: text or json
+    #[argh(option, default = "logging::Format::Text")]
+    pub logging_format: logging::Format,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+}
+
+type Outcome = Option<Result<(), String>>;
+
+/// The driver connection and the probe in flight, shared by every HTTP request.
+pub struct Prober {
+    address: std::path::PathBuf,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+    channel: Mutex<Option<tonic::transport::Channel>>,
+    driver: std::sync::Mutex<String>,
+    in_flight: std::sync::Mutex<Option<watch::Receiver<Outcome>>>,
+}
+
+impl Prober {
+    pub fn new(address: std::path::PathBuf, timeout: Duration, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            address,
+            timeout,
+            metrics,
+            channel: Mutex::new(None),
+            driver: std::sync::Mutex::new(String::new()),
+            in_flight: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// The one connection, dialled on first use (tonic re-dials it after failures).
+    async fn channel(&self) -> Result<tonic::transport::Channel, String> {
+        let mut slot = self.channel.lock().await;
+        if let Some(channel) = slot.as_ref() {
+            return Ok(channel.clone());
+        }
+        let channel = tokio::time::timeout(self.timeout, socket::connect(&self.address))
+            .await
+            .map_err(|_| {
+                format!(
+                    "connect to {}: no answer within {:?}",
+                    self.address.display(),
+                    self.timeout
+                )
+            })?
+            .map_err(|e| format!("connect to {}: {e}", self.address.display()))?;
+        self.learn_driver_name(channel.clone()).await;
+        *slot = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// The metrics label; upstream asks once at start.
+    async fn learn_driver_name(&self, channel: tonic::transport::Channel) {
+        let mut client = crate::proto::csi::identity_client::IdentityClient::new(channel);
+        let request = crate::proto::csi::GetPluginInfoRequest {};
+        if let Ok(Ok(info)) =
+            tokio::time::timeout(self.timeout, client.get_plugin_info(request)).await
+        {
+            let name = info.into_inner().name;
+            log::info!("probing CSI driver {name} at {}", self.address.display());
+            *self.driver.lock().unwrap_or_else(|p| p.into_inner()) = name;
+        }
+    }
+
+    async fn probe_now(&self) -> Result<(), String> {
+        let channel = self.channel().await?;
+        let driver = self
+            .driver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        check::probe(channel, self.timeout, &driver, Some(&self.metrics)).await
+    }
+
+    /// Probes the driver; callers arriving while a probe runs share its result.
+    pub async fn probe(self: &Arc<Self>) -> Result<(), String> {
+        let mut receiver = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            match in_flight.as_ref() {
+                Some(receiver) => receiver.clone(),
+                None => {
+                    let (sender, receiver) = watch::channel(None);
+                    *in_flight = Some(receiver.clone());
+                    let prober = self.clone();
+                    tokio::spawn(async move {
+                        let outcome = prober.probe_now().await;
+                        *prober.in_flight.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        sender.send_replace(Some(outcome));
+                    });
+                    receiver
+                }
+            }
+        };
+        match receiver.wait_for(Option::is_some).await {
+            Ok(outcome) => outcome
+                .clone()
+                .unwrap_or_else(|| Err("probe vanished".into())),
+            Err(_) => Err("probe task ended without a result".into()),
+        }
+    }
+}
+
+/// Answers one HTTP request.
+async fn answer(prober: Arc<Prober>, metrics_path: Arc<str>, path: String) -> Reply {
+    if path == "/healthz" {
+        return match prober.probe().await {
+            Ok(()) => {
+                log::trace!("health check passed");
+                Reply::text(200, "ok")
+            }
+            Err(reason) => {
+                log::debug!("health check failed: {reason}");
+                Reply::text(500, reason)
+            }
+        };
+    }
+    if *path == *metrics_path {
+        return Reply {
+            status: 200,
+            content_type: crate::metrics::CONTENT_TYPE,
+            body: prober.metrics.encode(),
+        };
+    }
+    Reply::not_found()
+}
+
+/// Runs the livenessprobe server until SIGTERM or SIGINT.
+pub fn run(args: Args) -> Result<(), BoxError> {
+    let address = socket::parse_address(&args.csi_address)?;
+    let endpoint = match args.http_endpoint.as_str() {
+        "" => format!("0.0.0.0:{}", args.health_port),
+        given => given.to_owned(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let shutdown = Shutdown::on_signals()?;
+        let listener = crate::http::bind(&endpoint).await?;
+        let metrics_listener = match args.metrics_address.as_str() {
+            "" => None,
+            given => Some(crate::http::bind(given).await?),
+        };
+        log::info!(
+            "serving /healthz on {endpoint} for the driver at {}",
+            address.display()
+        );
+        serve(
+            address,
+            args.probe_timeout.0,
+            args.metrics_path.into(),
+            listener,
+            metrics_listener,
+            shutdown,
+        )
+        .await;
+        Ok(())
+    })
+}
+
+/// Serves `/healthz` (and metrics) on `listener` until `shutdown`.
+pub async fn serve(
+    address: std::path::PathBuf,
+    timeout: Duration,
+    metrics_path: Arc<str>,
+    listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    shutdown: Shutdown,
+) {
+    let prober = Prober::new(address, timeout, Arc::new(Metrics::new()));
+    if let Some(listener) = metrics_listener {
+        let (prober, path) = (prober.clone(), metrics_path.clone());
+        let only_metrics = move |requested: String| {
+            let (prober, path) = (prober.clone(), path.clone());
+            async move {
+                if requested == *path {
+                    answer(prober, path, requested).await
+                } else {
+                    Reply::not_found()
+                }
+            }
+        };
+        tokio::spawn(crate::http::serve(listener, only_metrics, shutdown.clone()));
+    }
+    let handler = move |path: String| answer(prober.clone(), metrics_path.clone(), path);
+    crate::http::serve(listener, handler, shutdown).await;
+}
