@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-gnu
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   cargo build --release --locked --target "$target" "$@"
-bin="target/$target/release/csi-nodekit"
+bin="${CARGO_TARGET_DIR:-target}/$target/release/csi-nodekit"
 if ldd "$bin" 2>&1 | grep -q "=>"; then
   echo "error: $bin is dynamically linked" >&2
   exit 1
