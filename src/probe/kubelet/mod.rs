@@ -1,12 +1,35 @@
 //! `probe kubelet`: the kubelet's plugin manager, emulated (steps 4–7 of the registration
 //! flow): watch the plugin registry, register each plugin socket found, and print what the
 //! kubelet would have written to the API server.
+//!
+//! - [`watcher`] — inotify on the registry, recursively; the walk at start.
+//! - [`reconciler`] — desired and actual state, the 1 s loop, one operation per socket path.
+//! - [`register`] — one registration: GetInfo, validation, NodeGetInfo, notify.
+//! - [`validate`] — CSI version rules with the kubelet's error texts.
+//! - [`csinode`] — the Node annotation, topology labels and the CSINode object.
+//! - [`backoff`] — 500 ms doubling to 2 m 2 s, per socket path.
+//! - [`report`] — events and the `--once` report, as text or JSON.
+//! - [`gofmt`] — Go's quoting and gRPC error texts, so our texts match the kubelet's.
+
+pub mod backoff;
+pub mod csinode;
+pub mod gofmt;
+pub mod reconciler;
+pub mod register;
+pub mod report;
+pub mod validate;
+pub mod watcher;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use argh::{ArgsInfo, FromArgs};
+use tokio::sync::mpsc::{self, UnboundedSender};
 
-use crate::{BoxError, logging};
+use crate::shutdown::Shutdown;
+use crate::{BoxError, UsageError, logging};
+use reconciler::Shared;
+pub use report::{Event, Failure, NodeView, Output, Registration, Report, Retry};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
 #[argh(subcommand, name = "kubelet")]
@@ -38,7 +61,108 @@ pub struct Args {
     pub logging_format: logging::Format,
 }
 
-/// Runs the emulator.
-pub fn run(_args: Args) -> Result<(), BoxError> {
-    Err("probe kubelet is not built yet".into())
+/// What the emulated kubelet needs to know.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The watched directory (the kubelet's `<root>/plugins_registry`).
+    pub registry: PathBuf,
+    /// Prefix for the host paths plugins give as endpoints.
+    pub host_root: Option<PathBuf>,
+    /// Name of the Node and the CSINode.
+    pub node_name: String,
+}
+
+/// `--node-name`, else `$NODE_NAME`, else the host name lower-cased as the kubelet does.
+fn node_name(given: Option<String>) -> Result<String, BoxError> {
+    let given = given.or_else(|| std::env::var("NODE_NAME").ok());
+    if let Some(name) = given.filter(|name| !name.is_empty()) {
+        return Ok(name);
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("cannot read the host name for the node name: {e}"))?;
+    Ok(host.trim().to_lowercase())
+}
+
+/// Runs the emulator until `shutdown`, sending every event to `events`.
+pub async fn watch(
+    config: Config,
+    events: UnboundedSender<Event>,
+    shutdown: Shutdown,
+) -> Result<(), BoxError> {
+    let shared = Arc::new(Shared::new(config.node_name.clone(), config.host_root));
+    let watcher = watcher::Watcher::start(&config.registry, shared.clone())?;
+    log::info!(
+        "watching {} for plugins of node {}",
+        config.registry.display(),
+        config.node_name
+    );
+    tokio::select! {
+        result = watcher.run() => {
+            result.map_err(|e| format!("watching {}: {e}", config.registry.display()).into())
+        }
+        () = reconciler::run(shared, events) => Ok(()),
+        () = shutdown.wait() => Ok(()),
+    }
+}
+
+/// Walks the registry once and registers every socket found, one after the other (so that
+/// duplicate driver names resolve in walk order). A failure is reported, not retried.
+pub async fn once(config: Config) -> Result<Report, BoxError> {
+    watcher::ensure_dir(&config.registry)?;
+    let sockets = watcher::sockets(&config.registry)?;
+    let shared = Shared::new(config.node_name, config.host_root);
+    let mut plugins = Vec::with_capacity(sockets.len());
+    for socket in sockets {
+        let identity = shared.lock().add_desired(&socket);
+        let result = register::register(&shared, &socket, identity).await;
+        if let Err(failure) = &result {
+            log::info!("failed {}: {}", socket.display(), failure.reason);
+        }
+        plugins.push((socket, result));
+    }
+    Ok(Report {
+        registry: config.registry,
+        plugins,
+        node: shared.view(),
+    })
+}
+
+/// Runs the emulator as the command line asked.
+pub fn run(args: Args) -> Result<(), BoxError> {
+    let output: Output = args.output.parse().map_err(UsageError)?;
+    let config = Config {
+        registry: args.plugins_registry,
+        host_root: args.host_root,
+        node_name: node_name(args.node_name)?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        if args.once {
+            let report = once(config).await?;
+            println!("{}", report.render(output));
+            return match report.problem() {
+                None => Ok(()),
+                Some(problem) => Err(problem.into()),
+            };
+        }
+        let shutdown = Shutdown::on_signals()?;
+        let (sender, mut events) = mpsc::unbounded_channel::<Event>();
+        let printing = async {
+            while let Some(event) = events.recv().await {
+                println!("{}", event.render(output));
+            }
+        };
+        let result = tokio::select! {
+            result = watch(config, sender, shutdown) => result,
+            () = printing => Ok(()),
+        };
+        // Events that were already queued when the signal came are still printed.
+        while let Ok(event) = events.try_recv() {
+            println!("{}", event.render(output));
+        }
+        result
+    })
 }

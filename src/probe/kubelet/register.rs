@@ -1,0 +1,268 @@
+//! One registration, step for step as the kubelet's operation generator and CSI handler do it:
+//! dial the registration socket (10 s), GetInfo (1 s), the plugin type, CSI validation,
+//! NodeGetInfo on the driver's endpoint (2 min), the API writes, and NotifyRegistrationStatus
+//! (5 s). Every failure text is the kubelet's own.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::timeout;
+use tonic::transport::Channel;
+
+use super::gofmt::{self, DEADLINE_EXCEEDED};
+use super::reconciler::{Registered, Shared};
+use super::report::{Failure, Registration};
+use super::validate::{validate_plugin, validate_versions};
+use crate::proto::csi::node_client::NodeClient;
+use crate::proto::csi::{NodeGetInfoRequest, NodeGetInfoResponse};
+use crate::proto::registration::registration_client::RegistrationClient;
+use crate::proto::registration::{InfoRequest, RegistrationStatus};
+use crate::socket;
+
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+const GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+const NODE_GET_INFO_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The only plugin type this emulator has a handler for.
+const CSI_PLUGIN: &str = "CSIPlugin";
+
+/// A unary call under a deadline; errors as grpc-go prints them.
+async fn call<T>(
+    limit: Duration,
+    request: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    match timeout(limit, request).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => Err(gofmt::status(&status)),
+        Err(_) => Err(DEADLINE_EXCEEDED.to_owned()),
+    }
+}
+
+/// The registration client and the text for this socket in error messages.
+struct Plugin {
+    client: RegistrationClient<Channel>,
+    socket: String,
+}
+
+impl Plugin {
+    /// `notifyPlugin`: a failed call yields `"<errStr>: <call error>"`.
+    async fn notify(&mut self, registered: bool, error: &str) -> Result<(), String> {
+        log::trace!("NotifyRegistrationStatus({registered}) to {}", self.socket);
+        let status = RegistrationStatus {
+            plugin_registered: registered,
+            error: error.to_owned(),
+        };
+        call(
+            NOTIFY_TIMEOUT,
+            self.client.notify_registration_status(status),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("{error}: {e}"))
+    }
+
+    /// Tells the plugin why it was refused; the reason reported is what it was told, or why
+    /// telling it failed.
+    async fn refuse(&mut self, driver: Option<&str>, reason: String) -> Failure {
+        let reason = match self.notify(false, &reason).await {
+            Ok(()) => reason,
+            Err(e) => format!(
+                "RegisterPlugin error -- failed to send error at socket {}, err: {e}",
+                self.socket
+            ),
+        };
+        Failure {
+            driver: driver.map(str::to_owned),
+            reason,
+        }
+    }
+}
+
+fn failure(reason: String) -> Failure {
+    Failure {
+        driver: None,
+        reason,
+    }
+}
+
+/// Registers the plugin behind `socket`, recording it under `identity` once validated.
+pub async fn register(
+    shared: &Shared,
+    socket: &Path,
+    identity: u64,
+) -> Result<Registration, Failure> {
+    let at = socket.display().to_string();
+    // grpc-go's blocking dial keeps trying until its deadline, as `socket::dial` does.
+    let channel = timeout(DIAL_TIMEOUT, socket::dial(socket, DIAL_TIMEOUT, None))
+        .await
+        .map_err(|_| "context deadline exceeded".to_owned())
+        .and_then(|dialled| dialled.map_err(|e| e.to_string()))
+        .map_err(|e| {
+            failure(format!(
+                "RegisterPlugin error -- dial failed at socket {at}, err: failed to dial socket {at}, err: {e}"
+            ))
+        })?;
+    let mut plugin = Plugin {
+        client: RegistrationClient::new(channel),
+        socket: at.clone(),
+    };
+    log::trace!("GetInfo from {at}");
+    let info = call(GET_INFO_TIMEOUT, plugin.client.get_info(InfoRequest {}))
+        .await
+        .map_err(|e| {
+            failure(format!(
+                "RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket {at}, err: {e}"
+            ))
+        })?;
+    log::trace!(
+        "GetInfo from {at}: type {:?}, name {:?}, endpoint {:?}, versions {:?}",
+        info.r#type,
+        info.name,
+        info.endpoint,
+        info.supported_versions
+    );
+    let driver = info.name.as_str();
+    if info.r#type != CSI_PLUGIN {
+        let reason = format!(
+            "RegisterPlugin error -- no handler registered for plugin type: {} at socket {at}",
+            info.r#type
+        );
+        return Err(plugin.refuse(Some(driver), reason).await);
+    }
+    let endpoint = if info.endpoint.is_empty() {
+        at.clone()
+    } else {
+        info.endpoint.clone()
+    };
+    let known = shared.lock().drivers.get(driver).cloned();
+    if let Err(e) = validate_plugin(driver, &endpoint, &info.supported_versions, known.as_ref()) {
+        let reason = format!("RegisterPlugin error -- plugin validation failed with err: {e}");
+        return Err(plugin.refuse(Some(driver), reason).await);
+    }
+    // Recorded before the CSI handler runs, so a removal during it deregisters.
+    let validated = {
+        let mut state = shared.lock();
+        state.registered.insert(
+            socket.to_owned(),
+            Registered {
+                identity,
+                driver: driver.to_owned(),
+            },
+        );
+        let known = state.drivers.get(driver).cloned();
+        validate_versions(
+            "RegisterPlugin",
+            driver,
+            &info.supported_versions,
+            known.as_ref(),
+        )
+        .map(|version| state.drivers.insert(driver.to_owned(), version))
+    };
+    let installed = match validated {
+        Err(e) => Err(e),
+        Ok(_) => {
+            let target = endpoint_path(shared.host_root.as_deref(), &endpoint, &info.endpoint);
+            let installed = node_get_info(&target).await.and_then(|node| {
+                let topology = node.accessible_topology.unwrap_or_default().segments;
+                shared
+                    .lock()
+                    .node
+                    .install(driver, &node.node_id, node.max_volumes_per_node, &topology)
+                    .map(|()| node.node_id)
+            });
+            if installed.is_err() {
+                shared.lock().forget_driver(driver);
+            }
+            installed
+        }
+    };
+    let node_id = match installed {
+        Ok(node_id) => node_id,
+        Err(e) => {
+            let reason =
+                format!("RegisterPlugin error -- plugin registration failed with err: {e}");
+            return Err(plugin.refuse(Some(driver), reason).await);
+        }
+    };
+    if let Err(e) = plugin.notify(true, "").await {
+        return Err(Failure {
+            driver: Some(driver.to_owned()),
+            reason: format!(
+                "RegisterPlugin error -- failed to send registration status at socket {at}, err: {e}"
+            ),
+        });
+    }
+    log::info!("registered {driver} from {at} (node ID {node_id})");
+    Ok(Registration {
+        driver: driver.to_owned(),
+        endpoint,
+        node_id,
+    })
+}
+
+/// Where to dial the driver: its endpoint (a `unix://` URL or a path), under `--host-root` when
+/// the plugin gave a host path. The registration socket itself (an empty endpoint) is local.
+fn endpoint_path(host_root: Option<&Path>, endpoint: &str, given: &str) -> PathBuf {
+    let path = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .unwrap_or(endpoint);
+    match (host_root, path.strip_prefix('/')) {
+        (Some(root), Some(relative)) if !given.is_empty() => root.join(relative),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// The CSI client's NodeGetInfo: one connection attempt, then the call, within 2 minutes.
+async fn node_get_info(path: &Path) -> Result<NodeGetInfoResponse, String> {
+    let attempt = async {
+        // A first plain connect gives the errno for grpc-go's dial error text; tonic's
+        // connector error does not carry it.
+        if let Err(e) = tokio::net::UnixStream::connect(path).await {
+            return Err(gofmt::dial_error(path, &e));
+        }
+        let channel = socket::connect(path)
+            .await
+            .map_err(|e| gofmt::dial_error(path, &e))?;
+        log::trace!("NodeGetInfo on {}", path.display());
+        call(
+            NODE_GET_INFO_TIMEOUT,
+            NodeClient::new(channel).node_get_info(NodeGetInfoRequest {}),
+        )
+        .await
+    };
+    timeout(NODE_GET_INFO_TIMEOUT, attempt)
+        .await
+        .unwrap_or_else(|_| Err(DEADLINE_EXCEEDED.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_map_under_the_host_root_only_when_the_plugin_gave_them() {
+        let root = Some(Path::new("/host"));
+        let table = [
+            (None, "/p/csi.sock", "/p/csi.sock", "/p/csi.sock"),
+            (root, "/p/csi.sock", "/p/csi.sock", "/host/p/csi.sock"),
+            (
+                root,
+                "unix:///p/csi.sock",
+                "unix:///p/csi.sock",
+                "/host/p/csi.sock",
+            ),
+            (root, "/reg/x-reg.sock", "", "/reg/x-reg.sock"),
+            (None, "unix:/p/csi.sock", "unix:/p/csi.sock", "/p/csi.sock"),
+        ];
+        for (host_root, endpoint, given, expected) in table {
+            assert_eq!(
+                endpoint_path(host_root, endpoint, given),
+                PathBuf::from(expected),
+                "{endpoint} under {host_root:?}"
+            );
+        }
+    }
+}
