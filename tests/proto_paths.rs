@@ -199,13 +199,13 @@ async fn a_real_server_answers_on_the_exact_identity_path() {
     };
     let (listener, _guard) = csi_nodekit::socket::bind_tokio(&path, perms).unwrap();
     let (trigger, shutdown) = csi_nodekit::shutdown::Shutdown::manual();
-    let identity = csi_nodekit::node_server::IdentityService {
-        driver_name: "paths.example.io".into(),
-        state_dir: dir.path().to_owned(),
-    };
-    let server = tokio::spawn(csi_nodekit::node_server::serve(
-        listener, identity, shutdown,
-    ));
+    let config = csi_nodekit::node_server::Config::new(
+        "paths.example.io",
+        "node-1",
+        dir.path().join("state"),
+    );
+    let plugin = csi_nodekit::node_server::Plugin::open(config).unwrap();
+    let server = tokio::spawn(csi_nodekit::node_server::serve(listener, plugin, shutdown));
     let channel = csi_nodekit::socket::connect(&path).await.unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();

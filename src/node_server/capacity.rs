@@ -1,0 +1,116 @@
+//! Capacity: parsing `--capacity`, choosing a volume's size from a CSI range, and how much
+//! is left to provision.
+//!
+//! Volumes are directories on one filesystem, so sizes are accounted, not enforced. With
+//! `--capacity` the sizes of all volumes must fit in it; without it, each new volume must fit
+//! in the free space of the filesystem at the time it is created.
+
+use std::path::Path;
+
+/// The size of a volume created without any size asked for.
+pub const DEFAULT_SIZE: u64 = 1 << 30;
+
+/// Parses a byte count, with an optional Kubernetes-style suffix: `Ki Mi Gi Ti Pi Ei`
+/// (powers of 1024) or `k M G T P E` (powers of 1000).
+pub fn parse_quantity(text: &str) -> Result<u64, String> {
+    let bad = || format!("invalid size {text:?}: expected bytes such as 10Gi, 500M or 1073741824");
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(split);
+    let number: u64 = digits.parse().map_err(|_| bad())?;
+    let multiplier: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "Ei" => 1 << 60,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "E" => 1_000_000_000_000_000_000,
+        _ => return Err(bad()),
+    };
+    number
+        .checked_mul(multiplier)
+        .filter(|&n| i64::try_from(n).is_ok())
+        .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+/// The size to give a new volume for a (required, limit) range, zero meaning unbounded.
+pub fn choose_size(required: u64, limit: u64) -> u64 {
+    match (required, limit) {
+        (0, 0) => DEFAULT_SIZE,
+        (0, limit) => limit.min(DEFAULT_SIZE),
+        (required, _) => required,
+    }
+}
+
+/// Whether an existing volume of `size` satisfies a repeated request for the same name.
+pub fn satisfies(size: u64, required: u64, limit: u64) -> bool {
+    size >= required && (limit == 0 || size <= limit)
+}
+
+/// Bytes still available for new volumes.
+pub fn available(total: Option<u64>, allocated: u64, data_dir: &Path) -> std::io::Result<u64> {
+    match total {
+        Some(total) => Ok(total.saturating_sub(allocated)),
+        None => free_bytes(data_dir),
+    }
+}
+
+/// Free bytes on the filesystem holding `path`, as an unprivileged user would see them.
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let stat = nix::sys::statvfs::statvfs(path)?;
+    Ok(u64::from(stat.blocks_available()).saturating_mul(stat.fragment_size()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_with_binary_and_decimal_suffixes() {
+        assert_eq!(parse_quantity("1073741824"), Ok(1 << 30));
+        assert_eq!(parse_quantity("10Gi"), Ok(10 << 30));
+        assert_eq!(parse_quantity("500M"), Ok(500_000_000));
+        assert_eq!(parse_quantity("1k"), Ok(1000));
+        assert_eq!(parse_quantity("0"), Ok(0));
+    }
+
+    #[test]
+    fn malformed_or_overflowing_quantities_are_refused_by_name() {
+        for bad in ["", "Gi", "10 Gi", "10gb", "-1", "1.5Gi", "9Ei"] {
+            let err = parse_quantity(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_size_chosen_honours_both_ends_of_the_range() {
+        assert_eq!(choose_size(0, 0), DEFAULT_SIZE);
+        assert_eq!(choose_size(5, 0), 5);
+        assert_eq!(choose_size(5, 10), 5);
+        assert_eq!(choose_size(0, 1000), 1000);
+        assert_eq!(choose_size(0, 10 << 30), DEFAULT_SIZE);
+    }
+
+    #[test]
+    fn an_existing_size_satisfies_a_range_only_within_its_bounds() {
+        assert!(satisfies(10, 10, 0));
+        assert!(satisfies(10, 5, 10));
+        assert!(!satisfies(10, 20, 0));
+        assert!(!satisfies(10, 0, 5));
+    }
+
+    #[test]
+    fn a_configured_total_is_reduced_by_what_is_allocated() {
+        assert_eq!(available(Some(100), 30, Path::new("/")).unwrap(), 70);
+        assert_eq!(available(Some(100), 300, Path::new("/")).unwrap(), 0);
+        assert!(available(None, 0, Path::new("/")).is_ok());
+    }
+}

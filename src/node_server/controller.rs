@@ -1,0 +1,339 @@
+//! The CSI Controller service for this node's own volumes (external-provisioner's node
+//! deployment): create, delete, validate, list, capacity, expand. Volumes are pinned to this
+//! node by topology. Snapshots and controller publish are not offered.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::validate::{self, decode_token, encode_token, volume_id_problem};
+use super::volumes::Record;
+use super::{Driver, blocking, capacity};
+use crate::proto::csi::{
+    ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
+    ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
+    ControllerGetVolumeRequest, ControllerGetVolumeResponse, ControllerModifyVolumeRequest,
+    ControllerModifyVolumeResponse, ControllerPublishVolumeRequest,
+    ControllerPublishVolumeResponse, ControllerServiceCapability, ControllerUnpublishVolumeRequest,
+    ControllerUnpublishVolumeResponse, CreateSnapshotRequest, CreateSnapshotResponse,
+    CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest, DeleteSnapshotResponse,
+    DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest, GetCapacityResponse,
+    GetSnapshotRequest, GetSnapshotResponse, ListSnapshotsRequest, ListSnapshotsResponse,
+    ListVolumesRequest, ListVolumesResponse, ValidateVolumeCapabilitiesRequest,
+    ValidateVolumeCapabilitiesResponse, Volume, controller_server::Controller,
+    controller_service_capability, list_volumes_response,
+    validate_volume_capabilities_response::Confirmed,
+};
+
+pub struct ControllerService(pub(crate) Arc<Driver>);
+
+impl Driver {
+    /// A record as the CO sees it: pinned to this node.
+    fn volume(&self, record: &Record) -> Volume {
+        Volume {
+            capacity_bytes: i64::try_from(record.capacity).unwrap_or(i64::MAX),
+            volume_id: record.id.clone(),
+            volume_context: Default::default(),
+            content_source: None,
+            accessible_topology: vec![self.topology()],
+        }
+    }
+}
+
+fn rpc(kind: controller_service_capability::rpc::Type) -> ControllerServiceCapability {
+    ControllerServiceCapability {
+        r#type: Some(controller_service_capability::Type::Rpc(
+            controller_service_capability::Rpc {
+                r#type: kind as i32,
+            },
+        )),
+    }
+}
+
+fn no_block(caps: &[validate::Capability]) -> Result<(), Status> {
+    if caps.iter().any(|c| c.block) {
+        return Err(Status::invalid_argument(
+            "block access is not supported: volumes are directories",
+        ));
+    }
+    Ok(())
+}
+
+fn unsupported<T>(what: &str) -> Result<Response<T>, Status> {
+    Err(Status::unimplemented(format!(
+        "{what} is not offered by this plugin"
+    )))
+}
+
+#[tonic::async_trait]
+impl Controller for ControllerService {
+    async fn create_volume(
+        &self,
+        request: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let name = validate::required("name", &req.name)?.to_owned();
+        no_block(&validate::capabilities(&req.volume_capabilities)?)?;
+        let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
+        log::trace!("CreateVolume name={name} required={required} limit={limit}");
+        if req.volume_content_source.is_some() {
+            return Err(Status::invalid_argument(
+                "volume_content_source is not supported: no snapshots or clones",
+            ));
+        }
+        let driver = Arc::clone(&self.0);
+        if let Some(wanted) = &req.accessibility_requirements
+            && !wanted.requisite.is_empty()
+            && !wanted.requisite.iter().any(|t| driver.matches(t))
+        {
+            return Err(Status::resource_exhausted(format!(
+                "volumes can only be created on node {}",
+                driver.config.node_id
+            )));
+        }
+        // Names may contain anything; "name/" keys cannot collide with volume IDs.
+        let busy = driver.volumes.lock(&format!("name/{name}"))?;
+        let volume = blocking(move || {
+            let _busy = busy;
+            let record = match driver.volumes.find_name(&name) {
+                Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
+                    existing
+                }
+                Some(existing) => {
+                    return Err(Status::already_exists(format!(
+                        "volume {name:?} exists with {} bytes, outside the range asked for",
+                        existing.capacity
+                    )));
+                }
+                None => driver.volumes.create(Record {
+                    id: driver.volumes.new_id(),
+                    name,
+                    capacity: capacity::choose_size(required, limit),
+                    ephemeral: false,
+                })?,
+            };
+            Ok(driver.volume(&record))
+        })
+        .await?;
+        Ok(Response::new(CreateVolumeResponse {
+            volume: Some(volume),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let id = validate::required("volume_id", &req.volume_id)?.to_owned();
+        log::trace!("DeleteVolume volume={id}");
+        // An ID we could never have issued names no volume: deleting it is already done.
+        if volume_id_problem(&id).is_some() {
+            return Ok(Response::new(DeleteVolumeResponse {}));
+        }
+        let driver = Arc::clone(&self.0);
+        let busy = driver.volumes.lock(&id)?;
+        blocking(move || {
+            let _busy = busy;
+            if driver.volumes.get(&id).is_none() {
+                return Ok(());
+            }
+            let table = driver.mounter.mount_table()?;
+            driver.volumes.delete(&id, &table)
+        })
+        .await?;
+        Ok(Response::new(DeleteVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        let req = request.into_inner();
+        let id = validate::required("volume_id", &req.volume_id)?;
+        let caps = validate::capabilities(&req.volume_capabilities)?;
+        log::trace!("ValidateVolumeCapabilities volume={id}");
+        self.0.volumes.known(id)?;
+        let reply = match no_block(&caps) {
+            Ok(()) => ValidateVolumeCapabilitiesResponse {
+                confirmed: Some(Confirmed {
+                    volume_context: req.volume_context,
+                    volume_capabilities: req.volume_capabilities,
+                    parameters: req.parameters,
+                    mutable_parameters: Default::default(),
+                }),
+                message: String::new(),
+            },
+            Err(why) => ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message: why.message().to_owned(),
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        let req = request.into_inner();
+        let max = usize::try_from(req.max_entries)
+            .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
+        let start = decode_token(&req.starting_token)?;
+        log::trace!("ListVolumes max_entries={max}");
+        let (page, next) = self.0.volumes.page(start.as_deref(), max);
+        Ok(Response::new(ListVolumesResponse {
+            entries: page
+                .iter()
+                .map(|record| list_volumes_response::Entry {
+                    volume: Some(self.0.volume(record)),
+                    status: None,
+                })
+                .collect(),
+            next_token: next.as_deref().map(encode_token).unwrap_or_default(),
+        }))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        let req = request.into_inner();
+        log::trace!("GetCapacity");
+        let usable = (req.volume_capabilities.is_empty()
+            || validate::capabilities(&req.volume_capabilities)
+                .and_then(|caps| no_block(&caps))
+                .is_ok())
+            && req
+                .accessible_topology
+                .as_ref()
+                .is_none_or(|t| self.0.matches(t));
+        let available = if usable {
+            let driver = Arc::clone(&self.0);
+            blocking(move || driver.volumes.available()).await?
+        } else {
+            0
+        };
+        let available = i64::try_from(available).unwrap_or(i64::MAX);
+        Ok(Response::new(GetCapacityResponse {
+            available_capacity: available,
+            maximum_volume_size: Some(available),
+            minimum_volume_size: None,
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        use controller_service_capability::rpc::Type;
+        log::trace!("ControllerGetCapabilities");
+        Ok(Response::new(ControllerGetCapabilitiesResponse {
+            capabilities: [
+                Type::CreateDeleteVolume,
+                Type::ListVolumes,
+                Type::GetCapacity,
+                Type::ExpandVolume,
+                Type::SingleNodeMultiWriter,
+            ]
+            .into_iter()
+            .map(rpc)
+            .collect(),
+        }))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<ControllerExpandVolumeRequest>,
+    ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let id = validate::required("volume_id", &req.volume_id)?.to_owned();
+        let range = req
+            .capacity_range
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("capacity_range is required"))?;
+        let (required, limit) = validate::capacity_range(Some(range))?;
+        if let Some(cap) = &req.volume_capability {
+            no_block(&[validate::capability(Some(cap))?])?;
+        }
+        log::trace!("ControllerExpandVolume volume={id} required={required} limit={limit}");
+        let driver = Arc::clone(&self.0);
+        let busy = driver.volumes.lock(&id)?;
+        let capacity = blocking(move || {
+            let _busy = busy;
+            let record = driver.volumes.known(&id)?;
+            if limit > 0 && record.capacity > limit {
+                return Err(Status::out_of_range(format!(
+                    "volume {id} has {} bytes and cannot shrink to {limit}",
+                    record.capacity
+                )));
+            }
+            if required <= record.capacity {
+                return Ok(record.capacity);
+            }
+            Ok(driver.volumes.resize(&id, required)?.capacity)
+        })
+        .await?;
+        Ok(Response::new(ControllerExpandVolumeResponse {
+            capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
+            // A directory has no filesystem to grow on the node.
+            node_expansion_required: false,
+        }))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        _: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        unsupported("ControllerPublishVolume")
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        _: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        unsupported("ControllerUnpublishVolume")
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<CreateSnapshotRequest>,
+    ) -> Result<Response<CreateSnapshotResponse>, Status> {
+        unsupported("CreateSnapshot")
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<DeleteSnapshotRequest>,
+    ) -> Result<Response<DeleteSnapshotResponse>, Status> {
+        unsupported("DeleteSnapshot")
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<ListSnapshotsRequest>,
+    ) -> Result<Response<ListSnapshotsResponse>, Status> {
+        unsupported("ListSnapshots")
+    }
+
+    async fn get_snapshot(
+        &self,
+        _: Request<GetSnapshotRequest>,
+    ) -> Result<Response<GetSnapshotResponse>, Status> {
+        unsupported("GetSnapshot")
+    }
+
+    async fn controller_get_volume(
+        &self,
+        _: Request<ControllerGetVolumeRequest>,
+    ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
+        unsupported("ControllerGetVolume")
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        unsupported("ControllerModifyVolume")
+    }
+}

@@ -1,0 +1,202 @@
+//! Volume metadata on disk: one small JSON file per volume under `<state-dir>/meta/`, written
+//! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
+//! each file is either the old or the new record, never a torn one.
+//!
+//! Mount state is not stored here: the kernel's mount table is its only truth.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::error::{PathError, at as err};
+use super::validate::volume_id_problem;
+
+/// What we remember about a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub id: String,
+    /// The CO's name from CreateVolume; empty for ephemeral inline volumes.
+    pub name: String,
+    pub capacity: u64,
+    /// Created by NodePublishVolume and removed by NodeUnpublishVolume.
+    pub ephemeral: bool,
+}
+
+impl Record {
+    fn to_json(&self) -> Value {
+        json!({
+            "version": 1,
+            "id": self.id,
+            "name": self.name,
+            "capacity_bytes": self.capacity,
+            "ephemeral": self.ephemeral,
+        })
+    }
+
+    fn from_json(value: &Value) -> Option<Self> {
+        Some(Self {
+            id: value.get("id")?.as_str()?.to_owned(),
+            name: value.get("name")?.as_str()?.to_owned(),
+            capacity: value.get("capacity_bytes")?.as_u64()?,
+            ephemeral: value.get("ephemeral")?.as_bool()?,
+        })
+    }
+}
+
+/// A failed store operation, naming what was attempted and on which path.
+pub type StoreError = PathError;
+
+/// The metadata directory.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+const SUFFIX: &str = ".json";
+/// Temporary files start with a dot; volume IDs never do, so the two cannot collide.
+const TEMP_PREFIX: &str = ".tmp-";
+
+impl Store {
+    /// Opens (creating if needed) the metadata directory and loads every record in it.
+    /// Leftover temporary files from an interrupted write are removed; a record that cannot
+    /// be read is reported and skipped, never deleted.
+    pub fn open(dir: PathBuf) -> Result<(Self, Vec<Record>), StoreError> {
+        std::fs::create_dir_all(&dir).map_err(err("create", &dir))?;
+        let mut records = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(err("list", &dir))? {
+            let entry = entry.map_err(err("list", &dir))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(TEMP_PREFIX) {
+                log::info!("removing interrupted write {}", path.display());
+                std::fs::remove_file(&path).map_err(err("remove", &path))?;
+                continue;
+            }
+            let Some(id) = name.strip_suffix(SUFFIX) else {
+                continue;
+            };
+            match Self::load(&path) {
+                // The file name is the ID; one that could not name a volume directory
+                // (`...json` would be `..`) is never trusted.
+                Some(record) if record.id == id && volume_id_problem(id).is_none() => {
+                    records.push(record)
+                }
+                _ => log::error!(
+                    "skipping unreadable volume record {} (left in place)",
+                    path.display()
+                ),
+            }
+        }
+        Ok((Self { dir }, records))
+    }
+
+    fn load(path: &Path) -> Option<Record> {
+        let text = std::fs::read(path).ok()?;
+        Record::from_json(&serde_json::from_slice(&text).ok()?)
+    }
+
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}{SUFFIX}"))
+    }
+
+    /// Writes a record so that it survives a crash at any point.
+    pub fn save(&self, record: &Record) -> Result<(), StoreError> {
+        let path = self.path(&record.id);
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{}{SUFFIX}", record.id));
+        let body = record.to_json().to_string();
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temp)?;
+            file.write_all(body.as_bytes())?;
+            file.sync_all()
+        };
+        write()
+            .map_err(err("write", &temp))
+            .and_then(|()| std::fs::rename(&temp, &path).map_err(err("rename into", &path)))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&temp);
+            })?;
+        self.sync_dir()
+    }
+
+    /// Removes a record durably; a record that is already gone is fine.
+    pub fn remove(&self, id: &str) -> Result<(), StoreError> {
+        let path = self.path(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => self.sync_dir(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(err("remove", &path)(e)),
+        }
+    }
+
+    /// A rename or unlink is durable only once its directory is synced.
+    fn sync_dir(&self) -> Result<(), StoreError> {
+        std::fs::File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(err("sync", &self.dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> Record {
+        Record {
+            id: id.into(),
+            name: format!("pvc-{id}"),
+            capacity: 42,
+            ephemeral: false,
+        }
+    }
+
+    #[test]
+    fn saved_records_are_loaded_back_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, loaded) = Store::open(dir.path().join("meta")).unwrap();
+        assert!(loaded.is_empty());
+        store.save(&record("a")).unwrap();
+        store.save(&record("b")).unwrap();
+        store.remove("b").unwrap();
+        store.remove("never-existed").unwrap();
+        let (_, loaded) = Store::open(dir.path().join("meta")).unwrap();
+        assert_eq!(loaded, vec![record("a")]);
+    }
+
+    #[test]
+    fn a_rewrite_replaces_the_record_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path().to_owned()).unwrap();
+        store.save(&record("a")).unwrap();
+        let bigger = Record {
+            capacity: 1 << 40,
+            ..record("a")
+        };
+        store.save(&bigger).unwrap();
+        let (_, loaded) = Store::open(dir.path().to_owned()).unwrap();
+        assert_eq!(loaded, vec![bigger]);
+    }
+
+    #[test]
+    fn interrupted_writes_are_cleaned_up_and_torn_records_left_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".tmp-a.json"), "{\"half").unwrap();
+        std::fs::write(dir.path().join("b.json"), "not json").unwrap();
+        std::fs::write(
+            dir.path().join("c.json"),
+            record("other").to_json().to_string(),
+        )
+        .unwrap();
+        let (_, loaded) = Store::open(dir.path().to_owned()).unwrap();
+        assert!(loaded.is_empty());
+        assert!(!dir.path().join(".tmp-a.json").exists());
+        assert!(dir.path().join("b.json").exists(), "evidence is kept");
+        assert!(dir.path().join("c.json").exists());
+    }
+}

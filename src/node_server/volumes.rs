@@ -1,0 +1,255 @@
+//! The volumes this node owns: their records (persisted by [`Store`]), their data directories
+//! under `<state-dir>/volumes/`, capacity accounting, and per-volume locks.
+//!
+//! Locks are try-locks: a second call on a volume while one is running gets ABORTED at once
+//! (the CSI rule; the CO retries), and calls on different volumes never wait for each other.
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tonic::Status;
+
+use super::capacity;
+use super::error::at;
+use super::mountinfo::MountTable;
+use super::publish;
+pub use super::store::Record;
+use super::store::{Store, StoreError};
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: BTreeMap<String, Record>,
+    busy: HashSet<String>,
+}
+
+#[derive(Debug)]
+pub struct Volumes {
+    data_dir: PathBuf,
+    store: Store,
+    /// `--capacity`; `None` means "the free space of the filesystem".
+    total: Option<u64>,
+    inner: Mutex<Inner>,
+    /// Held while a decision spends capacity (create, expand), so two of them cannot both
+    /// take the last free bytes.
+    provisioning: Mutex<()>,
+}
+
+/// An operation in progress on one volume (or one volume name); dropping it ends it.
+#[derive(Debug)]
+pub struct Busy {
+    volumes: Arc<Volumes>,
+    key: String,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.volumes.inner().busy.remove(&self.key);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the data consistent, so a panic elsewhere does not
+    // make it unusable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Volumes {
+    /// Opens the state directory (which must be canonical) and loads every record.
+    pub fn open(state_dir: &Path, total: Option<u64>) -> Result<Arc<Self>, StoreError> {
+        let data_dir = state_dir.join("volumes");
+        std::fs::create_dir_all(&data_dir).map_err(at("create", &data_dir))?;
+        let (store, loaded) = Store::open(state_dir.join("meta"))?;
+        log::info!(
+            "loaded {} volume record(s) from {}",
+            loaded.len(),
+            state_dir.display()
+        );
+        let records = loaded.into_iter().map(|r| (r.id.clone(), r)).collect();
+        Ok(Arc::new(Self {
+            data_dir,
+            store,
+            total,
+            inner: Mutex::new(Inner {
+                records,
+                busy: HashSet::new(),
+            }),
+            provisioning: Mutex::new(()),
+        }))
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        lock(&self.inner)
+    }
+
+    /// The data directory of a volume (which may not exist).
+    pub fn path_of(&self, id: &str) -> PathBuf {
+        self.data_dir.join(id)
+    }
+
+    /// Starts an operation on `key`, or refuses with ABORTED if one is running.
+    pub fn lock(self: &Arc<Self>, key: &str) -> Result<Busy, Status> {
+        if !self.inner().busy.insert(key.to_owned()) {
+            return Err(Status::aborted(format!(
+                "an operation on {key} is already in progress"
+            )));
+        }
+        Ok(Busy {
+            volumes: Arc::clone(self),
+            key: key.to_owned(),
+        })
+    }
+
+    pub fn get(&self, id: &str) -> Option<Record> {
+        self.inner().records.get(id).cloned()
+    }
+
+    /// A volume, or NOT_FOUND.
+    pub fn known(&self, id: &str) -> Result<Record, Status> {
+        self.get(id)
+            .ok_or_else(|| Status::not_found(format!("volume {id} does not exist")))
+    }
+
+    pub fn find_name(&self, name: &str) -> Option<Record> {
+        let inner = self.inner();
+        inner.records.values().find(|r| r.name == name).cloned()
+    }
+
+    /// Up to `max` records (0: all) in ID order from `start`, and the ID that follows them.
+    pub fn page(&self, start: Option<&str>, max: usize) -> (Vec<Record>, Option<String>) {
+        let inner = self.inner();
+        let mut iter = inner
+            .records
+            .range(start.unwrap_or_default().to_owned()..)
+            .map(|(_, r)| r);
+        let limit = if max == 0 { usize::MAX } else { max };
+        let page: Vec<Record> = iter.by_ref().take(limit).cloned().collect();
+        (page, iter.next().map(|r| r.id.clone()))
+    }
+
+    /// Bytes still free for new volumes.
+    pub fn available(&self) -> Result<u64, Status> {
+        let allocated =
+            (self.inner().records.values()).fold(0u64, |sum, r| sum.saturating_add(r.capacity));
+        capacity::available(self.total, allocated, &self.data_dir)
+            .map_err(|e| Status::internal(format!("measure free space: {e}")))
+    }
+
+    /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
+    /// while a record or a directory of that name exists.
+    pub fn new_id(&self) -> String {
+        use std::hash::{BuildHasher, Hasher};
+        loop {
+            let mut id = String::from("vol-");
+            for _ in 0..2 {
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                hasher.write_u128(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_nanos(),
+                );
+                id.push_str(&format!("{:016x}", hasher.finish()));
+            }
+            if !self.inner().records.contains_key(&id) && !self.path_of(&id).exists() {
+                return id;
+            }
+        }
+    }
+
+    /// Creates a volume's directory and record if its size fits; otherwise RESOURCE_EXHAUSTED.
+    /// The caller holds the lock on the ID or name.
+    pub fn create(&self, record: Record) -> Result<Record, Status> {
+        let _provisioning = lock(&self.provisioning);
+        let available = self.available()?;
+        if record.capacity > available {
+            return Err(Status::resource_exhausted(format!(
+                "{} bytes asked for, {available} available",
+                record.capacity
+            )));
+        }
+        let dir = self.path_of(&record.id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            // Left by a crash between mkdir and the record: the same volume, still empty.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Status::internal(format!("create {}: {e}", dir.display()))),
+        }
+        // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
+        // the group when the CO asks.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| Status::internal(format!("set mode of {}: {e}", dir.display())))?;
+        self.store.save(&record)?;
+        self.inner()
+            .records
+            .insert(record.id.clone(), record.clone());
+        log::info!(
+            "created volume {} ({} bytes{})",
+            record.id,
+            record.capacity,
+            if record.ephemeral { ", ephemeral" } else { "" }
+        );
+        Ok(record)
+    }
+
+    /// Grows a volume's accounted size; OUT_OF_RANGE if the growth does not fit.
+    pub fn resize(&self, id: &str, capacity: u64) -> Result<Record, Status> {
+        let _provisioning = lock(&self.provisioning);
+        let mut record = self.known(id)?;
+        let growth = capacity.saturating_sub(record.capacity);
+        let available = self.available()?;
+        if growth > available {
+            return Err(Status::out_of_range(format!(
+                "growing by {growth} bytes does not fit: {available} available"
+            )));
+        }
+        record.capacity = capacity;
+        self.store.save(&record)?;
+        self.inner().records.insert(id.to_owned(), record.clone());
+        log::info!("volume {id} now has {capacity} bytes");
+        Ok(record)
+    }
+
+    /// Deletes a volume's data and then its record, refusing (FAILED_PRECONDITION) while
+    /// anything is mounted on or from its directory. A crash in between leaves a record
+    /// without data, which the next DeleteVolume finishes. The caller holds the volume lock.
+    pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), Status> {
+        let dir = self.path_of(id);
+        if dir.exists() {
+            if let Some(user) = publish::first_user(table, &dir)? {
+                return Err(Status::failed_precondition(format!(
+                    "volume {id} is in use: mounted at {}",
+                    user.display()
+                )));
+            }
+            // remove_dir_all does not follow symlinks inside the tree (it works through
+            // directory descriptors), so a link to elsewhere is removed, not its target.
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| Status::internal(format!("remove {}: {e}", dir.display())))?;
+        }
+        self.store.remove(id)?;
+        self.inner().records.remove(id);
+        log::info!("deleted volume {id}");
+        Ok(())
+    }
+
+    /// Gives the volume to `gid` (the CSI `volume_mount_group`), group-writable and setgid
+    /// so files created in it inherit the group, as Kubernetes does for `fsGroup`.
+    pub fn set_group(&self, id: &str, gid: u32) -> Result<(), Status> {
+        let dir = self.path_of(id);
+        let fail = |e: std::io::Error| {
+            Status::internal(format!("set group {gid} on {}: {e}", dir.display()))
+        };
+        std::os::unix::fs::lchown(&dir, None, Some(gid)).map_err(fail)?;
+        let mode = std::fs::symlink_metadata(&dir)
+            .map_err(fail)?
+            .permissions()
+            .mode();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o2070)).map_err(fail)
+    }
+}
+
+#[cfg(test)]
+#[path = "volumes_tests.rs"]
+mod tests;
