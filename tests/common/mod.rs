@@ -78,3 +78,4 @@ impl Drop for KillOnDrop {
     }
 }
 pub mod fake_driver;
+pub mod csi_node;
