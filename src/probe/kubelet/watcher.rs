@@ -160,8 +160,14 @@ impl Watcher {
         Ok(())
     }
 
-    /// Upstream's `handleCreateEvent`.
+    /// Upstream's `handleCreateEvent`. The name is checked before `stat` (upstream checks
+    /// after): same outcome, but a hidden name that is already renamed away (our socket
+    /// layer's staging name) is not logged as a failure.
     fn created(&mut self, path: &Path) {
+        if hidden(path) {
+            log::trace!("ignoring {} (starts with '.')", path.display());
+            return;
+        }
         let meta = match std::fs::metadata(path) {
             Ok(meta) => meta,
             Err(e) => {
@@ -169,9 +175,7 @@ impl Watcher {
                 return;
             }
         };
-        if hidden(path) {
-            log::trace!("ignoring {} (starts with '.')", path.display());
-        } else if meta.is_dir() {
+        if meta.is_dir() {
             if let Err(e) = self.traverse(path) {
                 log::warn!("{e}");
             }
