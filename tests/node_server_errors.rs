@@ -665,3 +665,32 @@ async fn identity_and_node_info_describe_the_driver_and_pin_volumes_to_this_node
     );
     server.stop().await;
 }
+
+#[test]
+fn bad_driver_names_node_ids_and_capacities_exit_2_naming_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, shown) in [
+        ("--driver-name=../evil", "\"../evil\""),
+        ("--node-id=", "node ID"),
+        ("--capacity=10 parsecs", "\"10 parsecs\""),
+        ("--max-volumes-per-node=-1", "negative"),
+    ] {
+        let output = std::process::Command::new(common::binary())
+            .arg("node-server")
+            .arg(format!(
+                "--endpoint={}",
+                dir.path().join("csi.sock").display()
+            ))
+            .arg(format!(
+                "--state-dir={}",
+                dir.path().join("state").display()
+            ))
+            .arg(flag)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(shown), "{flag}: {stderr}");
+        assert!(!dir.path().join("csi.sock").exists());
+    }
+}

@@ -66,7 +66,7 @@ pub fn available(total: Option<u64>, allocated: u64, data_dir: &Path) -> std::io
 /// Free bytes on the filesystem holding `path`, as an unprivileged user would see them.
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     let stat = nix::sys::statvfs::statvfs(path)?;
-    Ok(u64::from(stat.blocks_available()).saturating_mul(stat.fragment_size()))
+    Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
 }
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ impl Config {
 
     /// Checks what the CSI spec constrains.
     fn check(&self) -> Result<(), UsageError> {
+        crate::driver_name::validate(&self.driver_name).map_err(UsageError)?;
         if self.node_id.is_empty() || self.node_id.len() > MAX_NODE_ID {
             return Err(UsageError(format!(
                 "node ID {:?} must be 1 to {MAX_NODE_ID} bytes",

@@ -199,7 +199,7 @@ pub fn decode_token(token: &str) -> Result<Option<String>, Status> {
         return Ok(None);
     }
     let invalid = || Status::aborted(format!("starting_token {token:?} is not valid"));
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return Err(invalid());
     }
     let bytes = (0..token.len())
