@@ -48,33 +48,9 @@ pub fn quoted_list(items: &[String]) -> String {
 pub fn status(status: &tonic::Status) -> String {
     format!(
         "rpc error: code = {} desc = {}",
-        code_name(status.code()),
+        crate::metrics::go_code_name(status.code()),
         status.message()
     )
-}
-
-/// grpc-go's names for the codes (`Canceled` with one `l`, unlike tonic's).
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "Canceled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
-    }
 }
 
 /// grpc-go's text for a call on a connection whose dial failed, e.g.

@@ -194,6 +194,7 @@ fn reconcile(shared: &Arc<Shared>, events: &UnboundedSender<Event>) {
                         node: state.view(&shared.node_name),
                     },
                     Err(failure) => {
+                        log::info!("failed {}: {}", socket.display(), failure.reason);
                         let validated = state
                             .registered
                             .get(&socket)
