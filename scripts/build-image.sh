@@ -65,7 +65,7 @@ done
   "$work/context" >/dev/null
 
 # 5. Save: an OCI image layout, tarred with fixed order, owners and times.
-"$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$version"
+"$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$name:$version"
 mkdir -p "$out"
 archive="$out/csi-nodekit-$version.oci.tar"
 tar --create --file "$archive" --directory "$work/layout" --format=gnu --sort=name \

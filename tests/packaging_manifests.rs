@@ -1,0 +1,219 @@
+//! The Kubernetes manifests in `packaging/kubernetes/`: valid against the API schema, consistent
+//! with each other, and every flag they give our binary is one it accepts.
+//!
+//! Needs `kubernetes-validate` (PyPI, which brings PyYAML); `.ci/run` installs both.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Kubernetes versions the manifests must validate against: the newest the validator knows and
+/// the oldest we claim (CSIDriver, CSIStorageCapacity and inline volumes are GA long before).
+const KUBERNETES_VERSIONS: &[&str] = &["1.37.0", "1.30.0"];
+
+/// Where our image's name starts; its tag must be the crate version.
+const IMAGE: &str = "localhost/csi-nodekit:";
+
+fn manifest_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes")
+}
+
+/// Every YAML file under `packaging/kubernetes/`, sorted.
+fn manifests() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read manifest dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&manifest_dir(), &mut out);
+    out.sort();
+    assert!(out.len() >= 5, "expected the manifests in {:?}", manifest_dir());
+    out
+}
+
+/// All documents of all manifests, parsed with PyYAML (the validator's own parser).
+fn documents() -> Vec<(PathBuf, Value)> {
+    const DUMP: &str = "import json, sys, yaml\n\
+        print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
+    let mut out = Vec::new();
+    for file in manifests() {
+        let result = Command::new("python3").args(["-c", DUMP]).arg(&file).output();
+        let output = result.expect("python3 is needed to read the manifests");
+        assert!(
+            output.status.success(),
+            "cannot parse {file:?} (python3 with PyYAML, which kubernetes-validate installs): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let docs: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON from python3");
+        out.extend(docs.into_iter().map(|d| (file.clone(), d)));
+    }
+    out
+}
+
+fn kind(doc: &Value) -> &str {
+    doc["kind"].as_str().unwrap_or_default()
+}
+
+/// The pod spec of a Pod or of a workload's template.
+fn pod_spec(doc: &Value) -> Option<&Value> {
+    match kind(doc) {
+        "Pod" => Some(&doc["spec"]),
+        "DaemonSet" | "Deployment" | "StatefulSet" => Some(&doc["spec"]["template"]["spec"]),
+        _ => None,
+    }
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+/// `$(VAR)` references replaced from the container's literal `env` values, as the kubelet does.
+fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
+    env.iter()
+        .fold(arg.to_owned(), |a, (k, v)| a.replace(&format!("$({k})"), v))
+}
+
+#[test]
+fn every_manifest_validates_strictly_against_the_kubernetes_api_schema() {
+    let files = manifests();
+    for version in KUBERNETES_VERSIONS {
+        let result = Command::new("kubernetes-validate")
+            .args(["--strict", "--quiet", "--kubernetes-version", version])
+            .args(&files)
+            .output();
+        let output = match result {
+            Ok(output) => output,
+            Err(e) => panic!(
+                "kubernetes-validate could not be run ({e}): install it with \
+                 `pip install kubernetes-validate==1.37.0` (.ci/run does)"
+            ),
+        };
+        assert!(
+            output.status.success(),
+            "kubernetes-validate --strict against Kubernetes {version} failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_command_line_the_manifests_give_our_image_is_accepted_by_the_binary() {
+    // The image's names, as links to the binary under test; the image's entry point is
+    // /csi-nodekit.
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "csi-nodekit",
+        "csi-node-driver-registrar",
+        "node-driver-registrar",
+        "livenessprobe",
+        "csi-node-server",
+    ] {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_csi-nodekit"), dir.path().join(name))
+            .unwrap();
+    }
+    let mut checked = 0;
+    for (file, doc) in documents() {
+        let Some(spec) = pod_spec(&doc) else { continue };
+        for container in spec["containers"].as_array().into_iter().flatten() {
+            let image = container["image"].as_str().unwrap_or_default();
+            if !image.starts_with(IMAGE) {
+                continue;
+            }
+            let env: BTreeMap<String, String> = container["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
+                .collect();
+            let mut command = strings(&container["command"]);
+            if command.is_empty() {
+                command.push("/csi-nodekit".into());
+            }
+            command.extend(strings(&container["args"]));
+            let mut lines = vec![command];
+            for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+                let exec = strings(&container[probe]["exec"]["command"]);
+                if !exec.is_empty() {
+                    lines.push(exec);
+                }
+            }
+            for line in lines {
+                let program = line[0].strip_prefix('/').unwrap_or_else(|| {
+                    panic!("{file:?}: {:?} should be an absolute path", line[0])
+                });
+                let args: Vec<String> = line[1..].iter().map(|a| expand(a, &env)).collect();
+                let output = Command::new(dir.path().join(program))
+                    .args(&args)
+                    .arg("--version")
+                    .output()
+                    .expect("run the binary");
+                assert!(
+                    output.status.success(),
+                    "{file:?}: `{}` is not accepted: {}",
+                    line.join(" "),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 6, "only {checked} command lines found");
+}
+
+#[test]
+fn the_manifests_agree_on_the_driver_name_the_socket_paths_and_the_image_version() {
+    let docs = documents();
+    let driver = docs
+        .iter()
+        .find(|(_, d)| kind(d) == "CSIDriver")
+        .map(|(_, d)| d["metadata"]["name"].as_str().unwrap().to_owned())
+        .expect("a CSIDriver");
+    let socket_dir = format!("/var/lib/kubelet/plugins/{driver}");
+    for (file, doc) in &docs {
+        if kind(doc) == "StorageClass" {
+            assert_eq!(doc["provisioner"], driver.as_str(), "{file:?}");
+        }
+        let Some(spec) = pod_spec(doc) else { continue };
+        for volume in spec["volumes"].as_array().into_iter().flatten() {
+            if let Some(inline) = volume["csi"].as_object() {
+                assert_eq!(inline["driver"], driver.as_str(), "{file:?}");
+            }
+        }
+        if file.starts_with(manifest_dir().join("drop-in")) {
+            continue; // another driver's DaemonSet
+        }
+        let host_paths: Vec<&str> = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["hostPath"]["path"].as_str())
+            .collect();
+        for container in spec["containers"].as_array().into_iter().flatten() {
+            let image = container["image"].as_str().unwrap_or_default();
+            if let Some(tag) = image.strip_prefix(IMAGE) {
+                assert_eq!(tag, env!("CARGO_PKG_VERSION"), "{file:?}: image tag");
+            }
+            for arg in strings(&container["args"]) {
+                if let Some(name) = arg.strip_prefix("--driver-name=") {
+                    assert_eq!(name, driver, "{file:?}");
+                }
+                if let Some(path) = arg.strip_prefix("--kubelet-registration-path=") {
+                    assert_eq!(path, format!("{socket_dir}/csi.sock"), "{file:?}");
+                    assert!(host_paths.contains(&socket_dir.as_str()), "{file:?}: {host_paths:?}");
+                }
+            }
+        }
+    }
+}
