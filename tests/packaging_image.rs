@@ -1,0 +1,216 @@
+//! The container image: built by `scripts/build-image.sh`, unpacked from its OCI archive, and
+//! run with `chroot` into its root filesystem, where nothing but our binary and its links exist.
+//!
+//! Needs root (chroot) and buildah or podman (`.ci/run` installs buildah). The first run builds
+//! the static release binary, which takes minutes; later runs reuse it.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// One run of the build script: its archive and what it printed.
+struct Build {
+    _out: tempfile::TempDir,
+    archive: PathBuf,
+    digest: String,
+    archive_sha256: String,
+}
+
+/// The cargo target directory this test binary was built in: the release build goes there too,
+/// so `scripts/build-static.sh` and this test share it.
+fn target_dir() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_csi-nodekit"));
+    bin.ancestors().nth(2).expect("<target>/debug/csi-nodekit").to_owned()
+}
+
+fn build_image() -> Build {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the image test needs root (buildah, chroot); run the suite as README.md says"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env("IMAGE_OUT", out.path())
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .expect("run scripts/build-image.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "scripts/build-image.sh failed:\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let field = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name:?} line in:\n{stdout}"))
+            .trim()
+            .to_owned()
+    };
+    let digest = field("digest:");
+    let archive_line = field("archive:");
+    let archive_sha256 = archive_line
+        .rsplit_once("sha256:")
+        .map(|(_, sum)| sum.to_owned())
+        .expect("archive checksum");
+    let archive = out.path().join(format!("csi-nodekit-{VERSION}.oci.tar"));
+    assert!(archive.is_file(), "no archive at {archive:?}:\n{stdout}");
+    Build {
+        _out: out,
+        archive,
+        digest,
+        archive_sha256,
+    }
+}
+
+/// The first build, shared by the tests here.
+fn first_build() -> &'static Build {
+    static BUILD: OnceLock<Build> = OnceLock::new();
+    BUILD.get_or_init(build_image)
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command.output().expect("run command");
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn blob(layout: &Path, digest: &str) -> PathBuf {
+    let hex = digest.strip_prefix("sha256:").expect("sha256 digest");
+    layout.join("blobs/sha256").join(hex)
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).expect("read blob")).expect("JSON blob")
+}
+
+/// Unpacks the archive's image: returns its config and the root filesystem's directory.
+fn unpack(archive: &Path, into: &Path) -> (Value, PathBuf) {
+    let layout = into.join("layout");
+    let rootfs = into.join("rootfs");
+    std::fs::create_dir_all(&layout).unwrap();
+    std::fs::create_dir_all(&rootfs).unwrap();
+    run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(&layout));
+    let index = json(&layout.join("index.json"));
+    let manifests = index["manifests"].as_array().expect("index manifests");
+    assert_eq!(manifests.len(), 1, "{index}");
+    assert_eq!(
+        manifests[0]["annotations"]["org.opencontainers.image.ref.name"],
+        format!("localhost/csi-nodekit:{VERSION}").as_str()
+    );
+    let manifest = json(&blob(&layout, manifests[0]["digest"].as_str().unwrap()));
+    let config = json(&blob(&layout, manifest["config"]["digest"].as_str().unwrap()));
+    for layer in manifest["layers"].as_array().expect("layers") {
+        assert_eq!(layer["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip");
+        let file = blob(&layout, layer["digest"].as_str().unwrap());
+        run(Command::new("tar").arg("-xzpf").arg(&file).arg("-C").arg(&rootfs));
+    }
+    (config, rootfs)
+}
+
+/// Every entry of the root filesystem: path → `file <mode>`, `link -> <target>` or `dir`.
+fn listing(root: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            let what = if meta.is_symlink() {
+                format!("link -> {}", std::fs::read_link(&path).unwrap().display())
+            } else if meta.is_dir() {
+                walk(root, &path, out);
+                "dir".to_owned()
+            } else {
+                format!("file {:o}", meta.permissions().mode() & 0o7777)
+            };
+            out.insert(name, what);
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// `chroot`, found on the test's PATH, so the command itself can run with an empty environment.
+fn chroot() -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|dir| dir.join("chroot"))
+        .find(|p| p.is_file())
+        .expect("chroot (coreutils) on PATH")
+}
+
+#[test]
+fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_version_inside_it() {
+    let build = first_build();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, rootfs) = unpack(&build.archive, dir.path());
+
+    let expected: BTreeMap<String, String> = [
+        ("csi-nodekit", "file 755"),
+        ("csi-node-driver-registrar", "link -> csi-nodekit"),
+        ("csi-node-server", "link -> csi-nodekit"),
+        ("livenessprobe", "link -> csi-nodekit"),
+        ("node-driver-registrar", "link -> csi-nodekit"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(listing(&rootfs), expected, "the image's root filesystem");
+
+    let c = &config["config"];
+    assert_eq!(c["Entrypoint"], serde_json::json!(["/csi-nodekit"]));
+    assert!(c["User"].as_str().unwrap_or_default().is_empty(), "{c}");
+    let labels = &c["Labels"];
+    assert_eq!(labels["org.opencontainers.image.version"], VERSION);
+    assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    assert_eq!(labels["org.opencontainers.image.title"], "csi-nodekit");
+    assert!(labels["org.opencontainers.image.source"].is_string(), "{labels}");
+    assert!(labels["org.opencontainers.image.description"].is_string(), "{labels}");
+    assert_eq!(config["created"], "1970-01-01T00:00:00Z");
+    assert!(config["history"].as_array().is_none_or(Vec::is_empty), "{config}");
+
+    let cases: &[(&[&str], &str)] = &[
+        (&["/csi-nodekit", "--version"], "csi-nodekit"),
+        (&["/csi-nodekit", "node-server", "--version"], "csi-nodekit node-server"),
+        (&["/csi-nodekit", "registrar", "--version"], "csi-nodekit registrar"),
+        (&["/csi-nodekit", "probe", "--version"], "csi-nodekit probe"),
+        (&["/csi-nodekit", "probe", "serve", "--version"], "csi-nodekit probe"),
+        (&["/csi-nodekit", "probe", "once", "--version"], "csi-nodekit probe"),
+        (&["/csi-nodekit", "probe", "registration", "--version"], "csi-nodekit probe"),
+        (&["/csi-node-server", "--version"], "csi-node-server"),
+        (&["/csi-node-driver-registrar", "--version"], "csi-node-driver-registrar"),
+        (&["/node-driver-registrar", "--version"], "node-driver-registrar"),
+        (&["/livenessprobe", "--version"], "livenessprobe"),
+    ];
+    for (argv, name) in cases {
+        let out = run(Command::new(chroot()).env_clear().arg(&rootfs).args(*argv));
+        assert_eq!(out, format!("{name} {VERSION}\n"), "{argv:?}");
+    }
+}
+
+#[test]
+fn building_the_image_again_gives_the_same_digest_and_the_same_archive_bytes() {
+    let first = first_build();
+    let second = build_image();
+    assert_eq!(first.digest, second.digest, "image digest");
+    assert_eq!(first.archive_sha256, second.archive_sha256, "archive checksum");
+    assert_eq!(
+        std::fs::read(&first.archive).unwrap(),
+        std::fs::read(&second.archive).unwrap()
+    );
+}
