@@ -80,3 +80,4 @@ impl Drop for KillOnDrop {
 pub mod fake_driver;
 pub mod csi_node;
 pub mod fake_plugin;
+pub mod kubelet;
