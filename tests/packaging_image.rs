@@ -26,7 +26,10 @@ struct Build {
 /// so `scripts/build-static.sh` and this test share it.
 fn target_dir() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_csi-nodekit"));
-    bin.ancestors().nth(2).expect("<target>/debug/csi-nodekit").to_owned()
+    bin.ancestors()
+        .nth(2)
+        .expect("<target>/debug/csi-nodekit")
+        .to_owned()
 }
 
 fn build_image() -> Build {
@@ -102,7 +105,11 @@ fn unpack(archive: &Path, into: &Path) -> (Value, PathBuf) {
     let rootfs = into.join("rootfs");
     std::fs::create_dir_all(&layout).unwrap();
     std::fs::create_dir_all(&rootfs).unwrap();
-    run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(&layout));
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(&layout));
     let index = json(&layout.join("index.json"));
     let manifests = index["manifests"].as_array().expect("index manifests");
     assert_eq!(manifests.len(), 1, "{index}");
@@ -111,11 +118,21 @@ fn unpack(archive: &Path, into: &Path) -> (Value, PathBuf) {
         format!("localhost/csi-nodekit:{VERSION}").as_str()
     );
     let manifest = json(&blob(&layout, manifests[0]["digest"].as_str().unwrap()));
-    let config = json(&blob(&layout, manifest["config"]["digest"].as_str().unwrap()));
+    let config = json(&blob(
+        &layout,
+        manifest["config"]["digest"].as_str().unwrap(),
+    ));
     for layer in manifest["layers"].as_array().expect("layers") {
-        assert_eq!(layer["mediaType"], "application/vnd.oci.image.layer.v1.tar+gzip");
+        assert_eq!(
+            layer["mediaType"],
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        );
         let file = blob(&layout, layer["digest"].as_str().unwrap());
-        run(Command::new("tar").arg("-xzpf").arg(&file).arg("-C").arg(&rootfs));
+        run(Command::new("tar")
+            .arg("-xzpf")
+            .arg(&file)
+            .arg("-C")
+            .arg(&rootfs));
     }
     (config, rootfs)
 }
@@ -179,22 +196,52 @@ fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_ver
     assert_eq!(labels["org.opencontainers.image.version"], VERSION);
     assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
     assert_eq!(labels["org.opencontainers.image.title"], "csi-nodekit");
-    assert!(labels["org.opencontainers.image.source"].is_string(), "{labels}");
-    assert!(labels["org.opencontainers.image.description"].is_string(), "{labels}");
+    assert!(
+        labels["org.opencontainers.image.source"].is_string(),
+        "{labels}"
+    );
+    assert!(
+        labels["org.opencontainers.image.description"].is_string(),
+        "{labels}"
+    );
     assert_eq!(config["created"], "1970-01-01T00:00:00Z");
-    assert!(config["history"].as_array().is_none_or(Vec::is_empty), "{config}");
+    assert!(
+        config["history"].as_array().is_none_or(Vec::is_empty),
+        "{config}"
+    );
 
     let cases: &[(&[&str], &str)] = &[
         (&["/csi-nodekit", "--version"], "csi-nodekit"),
-        (&["/csi-nodekit", "node-server", "--version"], "csi-nodekit node-server"),
-        (&["/csi-nodekit", "registrar", "--version"], "csi-nodekit registrar"),
+        (
+            &["/csi-nodekit", "node-server", "--version"],
+            "csi-nodekit node-server",
+        ),
+        (
+            &["/csi-nodekit", "registrar", "--version"],
+            "csi-nodekit registrar",
+        ),
         (&["/csi-nodekit", "probe", "--version"], "csi-nodekit probe"),
-        (&["/csi-nodekit", "probe", "serve", "--version"], "csi-nodekit probe"),
-        (&["/csi-nodekit", "probe", "once", "--version"], "csi-nodekit probe"),
-        (&["/csi-nodekit", "probe", "registration", "--version"], "csi-nodekit probe"),
+        (
+            &["/csi-nodekit", "probe", "serve", "--version"],
+            "csi-nodekit probe",
+        ),
+        (
+            &["/csi-nodekit", "probe", "once", "--version"],
+            "csi-nodekit probe",
+        ),
+        (
+            &["/csi-nodekit", "probe", "registration", "--version"],
+            "csi-nodekit probe",
+        ),
         (&["/csi-node-server", "--version"], "csi-node-server"),
-        (&["/csi-node-driver-registrar", "--version"], "csi-node-driver-registrar"),
-        (&["/node-driver-registrar", "--version"], "node-driver-registrar"),
+        (
+            &["/csi-node-driver-registrar", "--version"],
+            "csi-node-driver-registrar",
+        ),
+        (
+            &["/node-driver-registrar", "--version"],
+            "node-driver-registrar",
+        ),
         (&["/livenessprobe", "--version"], "livenessprobe"),
     ];
     for (argv, name) in cases {
@@ -208,7 +255,10 @@ fn building_the_image_again_gives_the_same_digest_and_the_same_archive_bytes() {
     let first = first_build();
     let second = build_image();
     assert_eq!(first.digest, second.digest, "image digest");
-    assert_eq!(first.archive_sha256, second.archive_sha256, "archive checksum");
+    assert_eq!(
+        first.archive_sha256, second.archive_sha256,
+        "archive checksum"
+    );
     assert_eq!(
         std::fs::read(&first.archive).unwrap(),
         std::fs::read(&second.archive).unwrap()

@@ -35,7 +35,11 @@ fn manifests() -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(&manifest_dir(), &mut out);
     out.sort();
-    assert!(out.len() >= 5, "expected the manifests in {:?}", manifest_dir());
+    assert!(
+        out.len() >= 5,
+        "expected the manifests in {:?}",
+        manifest_dir()
+    );
     out
 }
 
@@ -45,7 +49,10 @@ fn documents() -> Vec<(PathBuf, Value)> {
         print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))";
     let mut out = Vec::new();
     for file in manifests() {
-        let result = Command::new("python3").args(["-c", DUMP]).arg(&file).output();
+        let result = Command::new("python3")
+            .args(["-c", DUMP])
+            .arg(&file)
+            .output();
         let output = result.expect("python3 is needed to read the manifests");
         assert!(
             output.status.success(),
@@ -74,7 +81,11 @@ fn pod_spec(doc: &Value) -> Option<&Value> {
 fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -211,7 +222,10 @@ fn the_manifests_agree_on_the_driver_name_the_socket_paths_and_the_image_version
                 }
                 if let Some(path) = arg.strip_prefix("--kubelet-registration-path=") {
                     assert_eq!(path, format!("{socket_dir}/csi.sock"), "{file:?}");
-                    assert!(host_paths.contains(&socket_dir.as_str()), "{file:?}: {host_paths:?}");
+                    assert!(
+                        host_paths.contains(&socket_dir.as_str()),
+                        "{file:?}: {host_paths:?}"
+                    );
                 }
             }
         }
