@@ -20,9 +20,19 @@ fn binary() -> PathBuf {
     if static_build.exists() { static_build } else { Path::new(&target).join("release/csi-nodekit") }
 }
 
+/// A child process stopped the way Kubernetes stops containers: SIGTERM, then SIGKILL.
 struct Proc(Child);
 impl Drop for Proc {
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
