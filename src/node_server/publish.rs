@@ -157,29 +157,27 @@ pub fn unmount_volume(
     path: &Path,
     dir: &Path,
 ) -> Result<bool, Status> {
+    let table = mounter.mount_table()?;
+    let source = source_of(&table, dir)?;
+    // Mounts stacked at `path`, topmost first: unmounting one uncovers the next, so one read
+    // of the table tells what each unmount will leave visible.
+    let stacked = table
+        .entries()
+        .iter()
+        .rev()
+        .filter(|e| e.mount_point == path);
     let mut unmounted = false;
-    // Bounded: each round removes one mount, and a path holds only a few.
-    for _ in 0..16 {
-        let table = mounter.mount_table()?;
-        let source = source_of(&table, dir)?;
-        match table.mounted_at(path) {
-            None => return Ok(unmounted),
-            Some(entry) if entry.shows(&source) => {
-                mounter.unmount(path)?;
-                unmounted = true;
-            }
-            Some(_) => {
-                return Err(Status::failed_precondition(format!(
-                    "{field} {} holds a mount that is not this volume; leaving it alone",
-                    path.display()
-                )));
-            }
+    for entry in stacked {
+        if !entry.shows(&source) {
+            return Err(Status::failed_precondition(format!(
+                "{field} {} holds a mount that is not this volume; leaving it alone",
+                path.display()
+            )));
         }
+        mounter.unmount(path)?;
+        unmounted = true;
     }
-    Err(Status::internal(format!(
-        "{field} {} is still mounted after repeated unmounts",
-        path.display()
-    )))
+    Ok(unmounted)
 }
 
 /// Removes the target directory publish created: only if empty, never following a symlink.
