@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use csi_nodekit::proto::registration::{registration_client::RegistrationClient, InfoRequest, RegistrationStatus};
+use csi_nodekit::proto::registration::{
+    InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
+};
 
 fn binary() -> PathBuf {
     if let Ok(path) = std::env::var("NODEKIT_BIN") {
@@ -17,7 +19,11 @@ fn binary() -> PathBuf {
     }
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let static_build = Path::new(&target).join("x86_64-unknown-linux-gnu/release/csi-nodekit");
-    if static_build.exists() { static_build } else { Path::new(&target).join("release/csi-nodekit") }
+    if static_build.exists() {
+        static_build
+    } else {
+        Path::new(&target).join("release/csi-nodekit")
+    }
 }
 
 /// A child process stopped the way Kubernetes stops containers: SIGTERM, then SIGKILL.
@@ -39,14 +45,25 @@ impl Drop for Proc {
 }
 
 fn spawn(args: &[String]) -> Proc {
-    Proc(Command::new(binary()).args(args).stdin(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn"))
+    Proc(
+        Command::new(binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    )
 }
 
 /// Resident and peak memory of a process, in KiB.
 fn memory_kib(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
 }
@@ -60,12 +77,23 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 async fn get_info(socket: &Path) -> Option<String> {
     let channel = csi_nodekit::socket::connect(socket).await.ok()?;
-    Some(RegistrationClient::new(channel).get_info(InfoRequest {}).await.ok()?.into_inner().name)
+    Some(
+        RegistrationClient::new(channel)
+            .get_info(InfoRequest {})
+            .await
+            .ok()?
+            .into_inner()
+            .name,
+    )
 }
 
 async fn wait_for<F: std::future::Future<Output = bool>>(mut check: impl FnMut() -> F) {
@@ -83,7 +111,8 @@ async fn registrar(dir: &Path, csi: &Path) {
         vec![
             "registrar".to_owned(),
             format!("--csi-address={}", csi.display()),
-            "--kubelet-registration-path=/var/lib/kubelet/plugins/nodekit.csi.local/csi.sock".to_owned(),
+            "--kubelet-registration-path=/var/lib/kubelet/plugins/nodekit.csi.local/csi.sock"
+                .to_owned(),
             format!("--plugin-registration-path={}", registry.display()),
             format!("--http-endpoint=127.0.0.1:{http}"),
         ]
@@ -98,17 +127,31 @@ async fn registrar(dir: &Path, csi: &Path) {
         wait_for(|| async { !reg_socket.exists() }).await;
     }
     starts.sort();
-    println!("registrar: start to a registration socket answering GetInfo: median {:?}, min {:?}, max {:?} (10 runs, driver up)",
-        percentile(&starts, 0.5), starts[0], starts[starts.len() - 1]);
+    println!(
+        "registrar: start to a registration socket answering GetInfo: median {:?}, min {:?}, max {:?} (10 runs, driver up)",
+        percentile(&starts, 0.5),
+        starts[0],
+        starts[starts.len() - 1]
+    );
 
     let process = spawn(&args(free_port()));
     wait_for(|| async { get_info(&reg_socket).await.is_some() }).await;
     let channel = csi_nodekit::socket::connect(&reg_socket).await.unwrap();
-    let ok = RegistrationStatus { plugin_registered: true, error: String::new() };
-    RegistrationClient::new(channel).notify_registration_status(ok).await.unwrap();
+    let ok = RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    };
+    RegistrationClient::new(channel)
+        .notify_registration_status(ok)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (rss, peak) = memory_kib(process.0.id());
-    println!("registrar: idle after registration: RSS {} (peak {}); upstream v2.17 measured here: 19.5 MB", mib(rss), mib(peak));
+    println!(
+        "registrar: idle after registration: RSS {} (peak {}); upstream v2.17 measured here: 19.5 MB",
+        mib(rss),
+        mib(peak)
+    );
 }
 
 async fn healthz_latencies(address: &str, concurrency: usize, per_task: usize) -> Vec<Duration> {
@@ -119,7 +162,10 @@ async fn healthz_latencies(address: &str, concurrency: usize, per_task: usize) -
                 let mut times = Vec::with_capacity(per_task);
                 for _ in 0..per_task {
                     let started = Instant::now();
-                    let (code, _) = csi_nodekit::http::get(&address, "/healthz", Duration::from_secs(5)).await.unwrap();
+                    let (code, _) =
+                        csi_nodekit::http::get(&address, "/healthz", Duration::from_secs(5))
+                            .await
+                            .unwrap();
                     assert_eq!(code, 200);
                     times.push(started.elapsed());
                 }
@@ -138,20 +184,39 @@ async fn healthz_latencies(address: &str, concurrency: usize, per_task: usize) -
 async fn livenessprobe(csi: &Path) {
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
-    let process = spawn(&["probe".into(), "serve".into(), format!("--csi-address={}", csi.display()), format!("--http-endpoint={address}")]);
-    wait_for(|| async { csi_nodekit::http::get(&address, "/healthz", Duration::from_secs(1)).await.is_ok() }).await;
+    let process = spawn(&[
+        "probe".into(),
+        "serve".into(),
+        format!("--csi-address={}", csi.display()),
+        format!("--http-endpoint={address}"),
+    ]);
+    wait_for(|| async {
+        csi_nodekit::http::get(&address, "/healthz", Duration::from_secs(1))
+            .await
+            .is_ok()
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (idle, _) = memory_kib(process.0.id());
     let _ = healthz_latencies(&address, 1, 500).await;
     let (after_500, _) = memory_kib(process.0.id());
     for concurrency in [1, 8] {
         let times = healthz_latencies(&address, concurrency, 2000 / concurrency).await;
-        println!("probe serve: /healthz latency at concurrency {concurrency}: p50 {:?}, p99 {:?} ({} requests, new connection each)",
-            percentile(&times, 0.5), percentile(&times, 0.99), times.len());
+        println!(
+            "probe serve: /healthz latency at concurrency {concurrency}: p50 {:?}, p99 {:?} ({} requests, new connection each)",
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.len()
+        );
     }
     let (after_load, peak) = memory_kib(process.0.id());
-    println!("probe serve: RSS idle {}, after 500 probes {}, after 4500 probes {} (peak {}); upstream v2.19 measured here: 20.4 MB idle, 25 MB after 500",
-        mib(idle), mib(after_500), mib(after_load), mib(peak));
+    println!(
+        "probe serve: RSS idle {}, after 500 probes {}, after 4500 probes {} (peak {}); upstream v2.19 measured here: 20.4 MB idle, 25 MB after 500",
+        mib(idle),
+        mib(after_500),
+        mib(after_load),
+        mib(peak)
+    );
 }
 
 fn probe_once(csi: &Path) {
@@ -167,15 +232,28 @@ fn probe_once(csi: &Path) {
         })
         .collect();
     times.sort();
-    println!("probe once: process start to exit: median {:?}, p99 {:?} (50 runs)", percentile(&times, 0.5), percentile(&times, 0.99));
+    println!(
+        "probe once: process start to exit: median {:?}, p99 {:?} (50 runs)",
+        percentile(&times, 0.5),
+        percentile(&times, 0.99)
+    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let bin = binary();
-    assert!(bin.exists(), "{} not built: run scripts/build-static.sh or cargo build --release", bin.display());
+    assert!(
+        bin.exists(),
+        "{} not built: run scripts/build-static.sh or cargo build --release",
+        bin.display()
+    );
     let size = std::fs::metadata(&bin).unwrap().len();
-    println!("binary: {} ({} bytes, {:.2} MB)", bin.display(), size, size as f64 / 1_048_576.0);
+    println!(
+        "binary: {} ({} bytes, {:.2} MB)",
+        bin.display(),
+        size,
+        size as f64 / 1_048_576.0
+    );
     let dir = tempfile::tempdir().unwrap();
     let csi = dir.path().join("plugin/csi.sock");
     let _driver = spawn(&[
