@@ -11,6 +11,7 @@
 
 pub mod capacity;
 mod controller;
+mod ephemeral;
 pub mod error;
 mod identity;
 pub mod mount;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::ephemeral::is_ephemeral;
 use super::publish::{self, Publication};
 use super::validate::{self, AccessMode};
-use super::volumes::Record;
-use super::{Driver, blocking, capacity};
+use super::{Driver, blocking};
 use crate::proto::csi::{
     NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
     NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,
@@ -20,46 +20,12 @@ use crate::proto::csi::{
     node_server::Node, node_service_capability, volume_usage,
 };
 
-/// Set by the kubelet on CSI ephemeral inline volumes, which arrive without a CreateVolume.
-const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
-
 pub struct NodeService(pub(crate) Arc<Driver>);
 
 impl Driver {
-    /// The record of an ephemeral volume, creating it (sized by `volume_context["size"]`) on
-    /// first publish. Returns whether it was created now.
-    fn ephemeral(
-        &self,
-        id: &str,
-        context: &std::collections::HashMap<String, String>,
-    ) -> Result<(Record, bool), Status> {
-        if let Some(record) = self.volumes.get(id) {
-            if !record.ephemeral {
-                return Err(Status::already_exists(format!(
-                    "volume {id} exists and is not an ephemeral volume"
-                )));
-            }
-            return Ok((record, false));
-        }
-        let size = match context.get("size") {
-            Some(text) => capacity::parse_quantity(text).map_err(Status::invalid_argument)?,
-            None => capacity::DEFAULT_SIZE,
-        };
-        let record = Record {
-            id: id.to_owned(),
-            name: String::new(),
-            capacity: size,
-            ephemeral: true,
-        };
-        Ok((self.volumes.create(record)?, true))
-    }
-
     fn publish(&self, req: &NodePublishVolumeRequest, checked: Checked) -> Result<(), Status> {
         let id = &req.volume_id;
-        let ephemeral = req
-            .volume_context
-            .get(EPHEMERAL_KEY)
-            .is_some_and(|v| v == "true");
+        let ephemeral = is_ephemeral(&req.volume_context);
         if !ephemeral {
             self.volumes.known(id)?;
         }
@@ -122,16 +88,6 @@ impl Driver {
         }
         publish::remove_mount_point(&target)?;
         self.drop_ephemeral(id)
-    }
-
-    fn drop_ephemeral(&self, id: &str) -> Result<(), Status> {
-        match self.volumes.get(id) {
-            Some(record) if record.ephemeral => {
-                let table = self.mounter.mount_table()?;
-                self.volumes.delete(id, &table)
-            }
-            _ => Ok(()),
-        }
     }
 
     /// An unpublish or unstage for a volume we do not know: done already if nothing is
@@ -263,10 +219,7 @@ impl Node for NodeService {
             target.display(),
             req.readonly
         );
-        let ephemeral = req
-            .volume_context
-            .get(EPHEMERAL_KEY)
-            .is_some_and(|v| v == "true");
+        let ephemeral = is_ephemeral(&req.volume_context);
         let staging = match req.staging_target_path.as_str() {
             "" if ephemeral => None,
             "" => {

@@ -266,3 +266,30 @@ pub fn is_readonly(path: &Path) -> bool {
         .mounted_at(path)
         .is_some_and(|e| e.is_readonly())
 }
+
+/// A sandbox, and a server with 64 MiB of capacity serving it, and a client.
+pub async fn setup() -> (MountSandbox, CsiServer, Csi) {
+    let sandbox = MountSandbox::new();
+    let config = Config {
+        capacity: Some(64 << 20),
+        ..config(&sandbox)
+    };
+    let server = start(&sandbox, config).await;
+    let csi = server.client().await;
+    (sandbox, server, csi)
+}
+
+pub fn delete_request(id: &str) -> DeleteVolumeRequest {
+    DeleteVolumeRequest {
+        volume_id: id.into(),
+        ..Default::default()
+    }
+}
+
+pub fn stats_request(id: &str, path: &str) -> NodeGetVolumeStatsRequest {
+    NodeGetVolumeStatsRequest {
+        volume_id: id.into(),
+        volume_path: path.into(),
+        staging_target_path: String::new(),
+    }
+}
