@@ -19,6 +19,7 @@ pub enum Mode {
     NodeServer,
     Registrar,
     Probe,
+    Demo,
 }
 
 /// Every name that selects a mode, as a subcommand or as the file name in `argv[0]`.
@@ -31,6 +32,7 @@ const NAMES: &[(&str, Mode, Option<&str>)] = &[
     ("node-driver-registrar", Mode::Registrar, None),
     ("probe", Mode::Probe, None),
     ("livenessprobe", Mode::Probe, Some("serve")),
+    ("demo", Mode::Demo, None),
 ];
 
 /// A mode chosen, with the name it was invoked as and the arguments that follow it.
@@ -58,7 +60,7 @@ pub enum Dispatch {
 /// The usage line that lists the modes.
 pub fn usage() -> String {
     format!(
-        "usage: {BINARY} <mode> [flags]   modes: node-server, registrar, probe \
+        "usage: {BINARY} <mode> [flags]   modes: node-server, registrar, probe, demo \
          (also invoked as csi-node-server, csi-node-driver-registrar, node-driver-registrar, \
          livenessprobe)"
     )

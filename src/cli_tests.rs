@@ -56,6 +56,10 @@ fn dispatch_table_covers_symlink_names_and_subcommands() {
             &["renamed-binary", "probe"],
             run(Mode::Probe, "renamed-binary probe", &[]),
         ),
+        (
+            &["csi-nodekit", "demo"],
+            run(Mode::Demo, "csi-nodekit demo", &[]),
+        ),
         (&["csi-nodekit", "--version"], Dispatch::Version),
         (&["csi-nodekit", "--help"], Dispatch::Help),
         (&["csi-nodekit", "-h"], Dispatch::Help),
@@ -77,7 +81,7 @@ fn dispatch_table_covers_symlink_names_and_subcommands() {
 
 #[test]
 fn usage_lists_every_mode() {
-    for mode in ["node-server", "registrar", "probe", "livenessprobe"] {
+    for mode in ["node-server", "registrar", "probe", "livenessprobe", "demo"] {
         assert!(usage().contains(mode), "{mode} missing from usage");
     }
 }

@@ -15,9 +15,11 @@
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
 //! - [`node_server`] — the CSI plugin (`node-server` mode).
 //! - [`registrar`] — drop-in node-driver-registrar that keeps the driver registered.
+//! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
 //! - [`probe`] — livenessprobe server, exec probes, kubelet emulator (`probe` mode).
 
 pub mod cli;
+pub mod demo;
 pub mod driver_name;
 pub mod duration;
 pub mod http;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use csi_nodekit::cli::{self, Dispatch, Mode, ParseStop};
-use csi_nodekit::{BoxError, ModeArgs, UsageError, logging, node_server, probe, registrar};
+use csi_nodekit::{BoxError, ModeArgs, UsageError, demo, logging, node_server, probe, registrar};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Dispatch::Run(invocation) => match invocation.mode {
             Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::run),
             Mode::Probe => run_mode(&invocation.program, &invocation.args, probe::run),
+            Mode::Demo => run_mode(&invocation.program, &invocation.args, demo::run),
             Mode::Registrar => run_mode(&invocation.program, &invocation.args, registrar::run),
         },
     }

@@ -43,6 +43,7 @@ fn every_subcommand_answers_version() {
         "csi-node-driver-registrar",
         "probe",
         "livenessprobe",
+        "demo",
     ] {
         let out = run(&common::binary(), &[mode, "-version"]);
         assert!(out.status.success(), "{mode}: {out:?}");

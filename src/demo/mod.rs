@@ -1,0 +1,200 @@
+//! `demo`: the whole node-side flow in one command, with no cluster, no container runtime and
+//! no network. Act one runs `node-server`, `registrar` and `probe kubelet` as real processes
+//! (this same binary) in a temporary directory and shows what the kubelet would have written;
+//! act two creates, stages and publishes a volume and shows it mounted. Everything runs in a
+//! private mount namespace and is taken down at the end, leaving nothing behind.
+
+mod processes;
+mod volume;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use argh::{ArgsInfo, FromArgs};
+
+use crate::{BoxError, logging};
+use processes::{Child, Kubelet};
+
+/// The demo's driver and node names.
+const DRIVER: &str = "demo.nodekit.csi.local";
+const NODE: &str = "demo-node";
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+/// Run the whole registration flow and a volume's life on this machine (root; no cluster).
+pub struct Args {
+    /// log verbosity of the demo and its processes, klog style (0 = quiet)
+    #[argh(option, default = "0")]
+    pub v: u8,
+    /// log format: text or json
+    #[argh(option, default = "logging::Format::Text")]
+    pub logging_format: logging::Format,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+}
+
+impl crate::ModeArgs for Args {
+    fn version(&self) -> bool {
+        self.version
+    }
+    fn logging(&self) -> (u8, logging::Format) {
+        (self.v, self.logging_format)
+    }
+}
+
+/// The demo's directory layout, laid out as on a real node.
+pub struct Layout {
+    pub root: PathBuf,
+}
+
+impl Layout {
+    pub fn csi_socket(&self) -> PathBuf {
+        self.root.join(format!("plugins/{DRIVER}/csi.sock"))
+    }
+    pub fn registry(&self) -> PathBuf {
+        self.root.join("plugins_registry")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.root.join("state")
+    }
+    pub fn pods(&self) -> PathBuf {
+        self.root.join("pods")
+    }
+}
+
+/// Mounts made from here on stay in this process and its children, and vanish with them.
+fn private_mount_namespace() -> Result<(), BoxError> {
+    use nix::mount::{MsFlags, mount};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("a private mount namespace needs root (unshare: {e})"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("make mounts private: {e}"))?;
+    Ok(())
+}
+
+fn make_root() -> Result<PathBuf, BoxError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos();
+    let root =
+        std::env::temp_dir().join(format!("csi-nodekit-demo.{}.{stamp:x}", std::process::id()));
+    std::fs::create_dir(&root).map_err(|e| format!("create {}: {e}", root.display()))?;
+    Ok(root)
+}
+
+pub fn run(args: Args) -> Result<(), BoxError> {
+    private_mount_namespace()?;
+    let layout = Layout { root: make_root()? };
+    println!(
+        "csi-nodekit demo in {} (--v=2 shows the processes' logs)\n",
+        layout.root.display()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let outcome = runtime.block_on(acts(&layout, args.v));
+    let cleanup = cleanup(&layout);
+    outcome.and(cleanup)
+}
+
+async fn acts(layout: &Layout, verbosity: u8) -> Result<(), BoxError> {
+    println!("== Act one: registration (steps 1-7 of the flow) ==");
+    let driver = Child::node_server(layout, DRIVER, NODE, verbosity)?;
+    processes::wait_for_socket(&layout.csi_socket(), Duration::from_secs(10)).await?;
+    println!(
+        "1. node-server is serving {DRIVER} on {}",
+        layout.csi_socket().display()
+    );
+    let mut kubelet = Kubelet::start(layout, NODE, verbosity)?;
+    let registrar = Child::registrar(layout, verbosity)?;
+    println!("2. registrar started; 3. it asks the driver its name (GetPluginInfo)");
+    let registered = kubelet.next_event(Duration::from_secs(15)).await?;
+    if registered["event"] != "registered" {
+        return Err(format!("registration did not succeed: {registered}").into());
+    }
+    println!(
+        "4. the kubelet found {}, called GetInfo",
+        registered["socket"].as_str().unwrap_or("?")
+    );
+    println!(
+        "5. then NodeGetInfo on {}: node ID {}",
+        registered["endpoint"].as_str().unwrap_or("?"),
+        registered["nodeID"]
+    );
+    println!("6. what the kubelet writes to the API server:");
+    print_writes(&registered);
+    println!(
+        "7. NotifyRegistrationStatus(true); the registrar's /readyz now says: {}\n",
+        registrar.readyz().await
+    );
+
+    println!("== Act two: a volume's life ==");
+    volume::life(layout, &layout.csi_socket()).await?;
+
+    println!("\n== Curtain: shutting down ==");
+    registrar.stop()?;
+    let gone = kubelet.next_event(Duration::from_secs(15)).await?;
+    println!(
+        "registrar stopped (SIGTERM): its socket is gone, and the kubelet: {}",
+        gone["event"].as_str().unwrap_or("?")
+    );
+    kubelet.stop()?;
+    driver.stop()?;
+    println!("probe kubelet and node-server stopped (SIGTERM, exit 0)");
+    Ok(())
+}
+
+fn print_writes(event: &serde_json::Value) {
+    let pretty =
+        |value: &serde_json::Value| serde_json::to_string_pretty(value).unwrap_or_default();
+    println!("   Node annotations: {}", event["node"]["annotations"]);
+    println!("   Node labels:      {}", event["node"]["labels"]);
+    for line in pretty(&event["csiNode"]).lines() {
+        println!("   {line}");
+    }
+}
+
+/// Removes the demo directory after checking that nothing is mounted in it and no socket of
+/// ours is left; refuses (and says so) rather than delete through a mount.
+fn cleanup(layout: &Layout) -> Result<(), BoxError> {
+    let mounted = mounts_under(&layout.root)?;
+    if !mounted.is_empty() {
+        return Err(format!(
+            "not removing {}: still mounted: {mounted:?}",
+            layout.root.display()
+        )
+        .into());
+    }
+    let sockets = [
+        layout.csi_socket(),
+        layout.registry().join(format!("{DRIVER}-reg.sock")),
+    ];
+    let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
+    std::fs::remove_dir_all(&layout.root)
+        .map_err(|e| format!("remove {}: {e}", layout.root.display()))?;
+    if !left.is_empty() {
+        return Err(format!("sockets were left behind: {left:?}").into());
+    }
+    println!(
+        "nothing left behind: no sockets, no mounts, {} removed",
+        layout.root.display()
+    );
+    Ok(())
+}
+
+/// Mount points at or below `dir`, from the kernel's mount table.
+fn mounts_under(dir: &Path) -> Result<Vec<PathBuf>, BoxError> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(point.replace("\\040", " ")))
+        .filter(|point| point.starts_with(dir))
+        .collect())
+}

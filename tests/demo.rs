@@ -1,0 +1,45 @@
+//! The README's "run it" command: the demo runs the whole flow and leaves nothing behind.
+
+mod common;
+
+use std::process::Command;
+
+#[test]
+fn the_demo_registers_publishes_a_volume_and_leaves_nothing_behind() {
+    let out = Command::new(common::binary())
+        .arg("demo")
+        .output()
+        .expect("run the demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "\"kind\": \"CSINode\"",
+        "\"nodeID\": \"demo-node\"",
+        "csi.volume.kubernetes.io/nodeid",
+        "the registrar's /readyz now says: 200 ok",
+        "reads back \"written by the demo pod\"",
+        "unmounted and removed: true",
+        "staging path unmounted: true",
+        "the kubelet: deregistered",
+        "nothing left behind",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let root = stdout
+        .lines()
+        .next()
+        .and_then(|l| l.split(' ').nth(3))
+        .expect("the demo names its directory");
+    let prefix = std::env::temp_dir().join("csi-nodekit-demo.");
+    assert!(root.starts_with(&*prefix.to_string_lossy()), "{root}");
+    assert!(!std::path::Path::new(root).exists(), "{root} left behind");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(root), "mounts left behind under {root}");
+}
