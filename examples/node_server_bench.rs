@@ -8,7 +8,7 @@
 //! concurrency level (default 3).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
@@ -17,47 +17,9 @@ use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, MountVo
 use csi_nodekit::proto::csi::*;
 use tonic::transport::Channel;
 
-fn binary() -> PathBuf {
-    if let Ok(path) = std::env::var("NODEKIT_BIN") {
-        return path.into();
-    }
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let static_build = Path::new(&target).join("x86_64-unknown-linux-gnu/release/csi-nodekit");
-    if static_build.exists() {
-        static_build
-    } else {
-        Path::new(&target).join("release/csi-nodekit")
-    }
-}
-
-/// The server process; killed (and its mounts left to the namespace) on drop.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// VmRSS and VmHWM of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-fn threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
+#[path = "../benches/support/mod.rs"]
+mod support;
+use support::{Proc, binary, mb, memory_kib, threads};
 
 fn capability() -> VolumeCapability {
     VolumeCapability {
@@ -168,10 +130,6 @@ async fn run_level(
     (all.len() as f64 / elapsed, at(0.5), at(0.99))
 }
 
-fn mb(kib: u64) -> String {
-    format!("{:.2} MB", kib as f64 / 1024.0)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
     let seconds: f64 = std::env::var("BENCH_SECONDS")
@@ -182,7 +140,7 @@ async fn main() {
     let dir = tmp.path().canonicalize().expect("resolve");
     let socket = dir.join("csi.sock");
     let bin = binary();
-    let server = Server(
+    let server = Proc(
         Command::new(&bin)
             .arg("node-server")
             .arg(format!("--endpoint={}", socket.display()))

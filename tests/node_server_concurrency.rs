@@ -143,14 +143,7 @@ async fn a_second_call_on_a_busy_volume_is_aborted_while_other_volumes_proceed()
         (&busy, slow_target.clone(), &busy_staging),
         (&free, pods.join("free"), &free_staging),
     ] {
-        csi.node
-            .node_unpublish_volume(unpublish_request(id, &target))
-            .await
-            .unwrap();
-        csi.node
-            .node_unstage_volume(unstage_request(id, staging))
-            .await
-            .unwrap();
+        csi.unpublish_and_unstage(id, &target, staging).await;
     }
     assert!(sandbox.mounts().is_empty());
     server.stop().await;
@@ -158,9 +151,7 @@ async fn a_second_call_on_a_busy_volume_is_aborted_while_other_volumes_proceed()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creates_of_one_name_make_exactly_one_volume() {
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, config(&sandbox)).await;
-    let csi = server.client().await;
+    let (_sandbox, server, csi) = setup().await;
     // Many concurrent creates of one name: every one either returns the single volume or
     // is ABORTED because another is in progress; never two volumes.
     let calls = (0..16).map(|_| {
@@ -186,9 +177,7 @@ async fn concurrent_creates_of_one_name_make_exactly_one_volume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_volumes_go_through_their_lifecycles_in_parallel() {
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, config(&sandbox)).await;
-    let csi = server.client().await;
+    let (sandbox, server, csi) = setup().await;
     let pods = sandbox.dir("pods");
     let runs = (0..24).map(|i| {
         let mut csi = csi.clone();
@@ -222,11 +211,6 @@ async fn many_volumes_go_through_their_lifecycles_in_parallel() {
     }
     assert!(sandbox.mounts().is_empty());
     let csi = &mut csi.clone();
-    let listed = csi
-        .controller
-        .list_volumes(ListVolumesRequest::default())
-        .await
-        .unwrap();
-    assert!(listed.into_inner().entries.is_empty());
+    assert!(csi.list().await.is_empty());
     server.stop().await;
 }

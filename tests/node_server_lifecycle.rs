@@ -14,9 +14,7 @@ use csi_nodekit::proto::csi::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_goes_through_its_whole_life_with_real_mounts() {
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, config(&sandbox)).await;
-    let mut csi = server.client().await;
+    let (sandbox, server, mut csi) = setup().await;
     let id = create(&mut csi, "pvc-life", 1 << 20).await;
     let data = sandbox.path().join("state/volumes").join(&id);
     assert!(
@@ -119,29 +117,19 @@ async fn a_volume_goes_through_its_whole_life_with_real_mounts() {
         .unwrap();
     assert!(!is_mounted(&staging) && staging.is_dir());
     csi.controller
-        .delete_volume(DeleteVolumeRequest {
-            volume_id: id.clone(),
-            ..Default::default()
-        })
+        .delete_volume(delete_request(&id))
         .await
         .unwrap();
     assert!(!data.exists());
-    let listed = csi
-        .controller
-        .list_volumes(ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(listed.entries.is_empty());
+    let listed = csi.list().await;
+    assert!(listed.is_empty());
     assert!(sandbox.mounts().is_empty(), "no mount left behind");
     server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_repeated_with_the_same_arguments_succeeds_without_stacking_mounts() {
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, config(&sandbox)).await;
-    let mut csi = server.client().await;
+    let (sandbox, server, mut csi) = setup().await;
     let id = create(&mut csi, "pvc-twice", 4096).await;
     assert_eq!(create(&mut csi, "pvc-twice", 4096).await, id);
     let staging = sandbox.dir("staging");
@@ -164,21 +152,11 @@ async fn every_call_repeated_with_the_same_arguments_succeeds_without_stacking_m
         "one staging and one target mount"
     );
     for _ in 0..2 {
-        csi.node
-            .node_unpublish_volume(unpublish_request(&id, &target))
-            .await
-            .unwrap();
-        csi.node
-            .node_unstage_volume(unstage_request(&id, &staging))
-            .await
-            .unwrap();
+        csi.unpublish_and_unstage(&id, &target, &staging).await;
     }
     for _ in 0..2 {
         csi.controller
-            .delete_volume(DeleteVolumeRequest {
-                volume_id: id.clone(),
-                ..Default::default()
-            })
+            .delete_volume(delete_request(&id))
             .await
             .unwrap();
     }
@@ -194,14 +172,7 @@ async fn a_restart_in_the_middle_of_the_lifecycle_loses_nothing() {
     let first = start(&sandbox, config(&sandbox)).await;
     let mut csi = first.client().await;
     let id = create(&mut csi, "pvc-restart", 8192).await;
-    csi.node
-        .node_stage_volume(stage_request(&id, &staging))
-        .await
-        .unwrap();
-    csi.node
-        .node_publish_volume(publish_request(&id, &staging, &target, false))
-        .await
-        .unwrap();
+    csi.stage_and_publish(&id, &staging, &target, false).await;
     std::fs::write(target.join("kept"), b"across restarts").unwrap();
     first.stop().await;
 
@@ -212,14 +183,7 @@ async fn a_restart_in_the_middle_of_the_lifecycle_loses_nothing() {
         id,
         "the name still maps to the same volume"
     );
-    csi.node
-        .node_stage_volume(stage_request(&id, &staging))
-        .await
-        .unwrap();
-    csi.node
-        .node_publish_volume(publish_request(&id, &staging, &target, false))
-        .await
-        .unwrap();
+    csi.stage_and_publish(&id, &staging, &target, false).await;
     assert_eq!(
         sandbox.mounts().len(),
         2,
@@ -244,23 +208,14 @@ async fn a_restart_in_the_middle_of_the_lifecycle_loses_nothing() {
         std::fs::read(target.join("kept")).unwrap(),
         b"across restarts"
     );
-    csi.node
-        .node_unpublish_volume(unpublish_request(&id, &target))
-        .await
-        .unwrap();
-    csi.node
-        .node_unstage_volume(unstage_request(&id, &staging))
-        .await
-        .unwrap();
+    csi.unpublish_and_unstage(&id, &target, &staging).await;
     csi.controller.delete_volume(delete).await.unwrap();
     second.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_inline_volume_lives_from_publish_to_unpublish() {
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, config(&sandbox)).await;
-    let mut csi = server.client().await;
+    let (sandbox, server, mut csi) = setup().await;
     let target = sandbox.dir("pods").join("inline");
     let id = "csi-0123456789abcdef";
     let publish = NodePublishVolumeRequest {
@@ -281,16 +236,8 @@ async fn an_ephemeral_inline_volume_lives_from_publish_to_unpublish() {
     let data = sandbox.path().join("state/volumes").join(id);
     std::fs::write(target.join("scratch"), b"x").unwrap();
     assert!(data.join("scratch").exists());
-    let listed = csi
-        .controller
-        .list_volumes(ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        listed.entries[0].volume.as_ref().unwrap().capacity_bytes,
-        16 << 20
-    );
+    let listed = csi.list().await;
+    assert_eq!(listed[0].capacity_bytes, 16 << 20);
     for _ in 0..2 {
         csi.node
             .node_unpublish_volume(unpublish_request(id, &target))
@@ -307,9 +254,7 @@ async fn an_ephemeral_inline_volume_lives_from_publish_to_unpublish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_mount_group_owns_the_volume_and_mount_flags_reach_the_mount() {
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, config(&sandbox)).await;
-    let mut csi = server.client().await;
+    let (sandbox, server, mut csi) = setup().await;
     let id = create(&mut csi, "pvc-group", 4096).await;
     let staging = sandbox.dir("staging");
     let target = sandbox.dir("pods").join("t");
@@ -342,14 +287,7 @@ async fn a_volume_mount_group_owns_the_volume_and_mount_flags_reach_the_mount() 
             entry.options
         );
     }
-    csi.node
-        .node_unpublish_volume(unpublish_request(&id, &target))
-        .await
-        .unwrap();
-    csi.node
-        .node_unstage_volume(unstage_request(&id, &staging))
-        .await
-        .unwrap();
+    csi.unpublish_and_unstage(&id, &target, &staging).await;
     server.stop().await;
 }
 

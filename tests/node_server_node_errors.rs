@@ -12,6 +12,13 @@ use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 use csi_nodekit::proto::csi::*;
 use tonic::Code;
 
+/// Asserts that each request, sent with `client.method`, fails with `code`.
+macro_rules! expect_code {
+    ($code:expr, $client:ident . $method:ident, [$($request:expr),+ $(,)?]) => {
+        $(assert_eq!(code($client.$method($request).await), $code, stringify!($method));)+
+    };
+}
+
 #[tokio::test]
 async fn node_calls_refuse_missing_fields_before_looking_the_volume_up() {
     let (sandbox, server, mut csi) = setup().await;
@@ -20,52 +27,47 @@ async fn node_calls_refuse_missing_fields_before_looking_the_volume_up() {
     let n = &mut csi.node;
     let mut no_cap = stage_request("vol-x", &staging);
     no_cap.volume_capability = None;
-    for request in [
-        stage_request("", &staging),
-        stage_request("vol-x", Path::new("")),
-        no_cap,
-    ] {
-        assert_eq!(
-            code(n.node_stage_volume(request).await),
-            Code::InvalidArgument
-        );
-    }
+    expect_code!(
+        Code::InvalidArgument,
+        n.node_stage_volume,
+        [
+            stage_request("", &staging),
+            stage_request("vol-x", Path::new("")),
+            no_cap
+        ]
+    );
     let mut no_cap = publish_request("vol-x", &staging, &target, false);
     no_cap.volume_capability = None;
-    for request in [
-        publish_request("", &staging, &target, false),
-        publish_request("vol-x", &staging, Path::new(""), false),
-        no_cap,
-    ] {
-        assert_eq!(
-            code(n.node_publish_volume(request).await),
-            Code::InvalidArgument
-        );
-    }
-    for request in [
-        unpublish_request("", &target),
-        unpublish_request("vol-x", Path::new("")),
-    ] {
-        assert_eq!(
-            code(n.node_unpublish_volume(request).await),
-            Code::InvalidArgument
-        );
-    }
-    for request in [
-        unstage_request("", &staging),
-        unstage_request("vol-x", Path::new("")),
-    ] {
-        assert_eq!(
-            code(n.node_unstage_volume(request).await),
-            Code::InvalidArgument
-        );
-    }
-    for request in [stats_request("", "some/path"), stats_request("vol-x", "")] {
-        assert_eq!(
-            code(n.node_get_volume_stats(request).await),
-            Code::InvalidArgument
-        );
-    }
+    expect_code!(
+        Code::InvalidArgument,
+        n.node_publish_volume,
+        [
+            publish_request("", &staging, &target, false),
+            publish_request("vol-x", &staging, Path::new(""), false),
+            no_cap
+        ]
+    );
+    expect_code!(
+        Code::InvalidArgument,
+        n.node_unpublish_volume,
+        [
+            unpublish_request("", &target),
+            unpublish_request("vol-x", Path::new(""))
+        ]
+    );
+    expect_code!(
+        Code::InvalidArgument,
+        n.node_unstage_volume,
+        [
+            unstage_request("", &staging),
+            unstage_request("vol-x", Path::new(""))
+        ]
+    );
+    expect_code!(
+        Code::InvalidArgument,
+        n.node_get_volume_stats,
+        [stats_request("", "some/path"), stats_request("vol-x", "")]
+    );
     let expand = |id: &str, path: &str| NodeExpandVolumeRequest {
         volume_id: id.into(),
         volume_path: path.into(),
@@ -206,12 +208,7 @@ async fn ordering_and_compatibility_errors_have_their_spec_codes() {
         Code::NotFound,
         "an unknown volume with something mounted at the target"
     );
-    n.node_unpublish_volume(unpublish_request(&id, &target))
-        .await
-        .unwrap();
-    n.node_unstage_volume(unstage_request(&id, &staging))
-        .await
-        .unwrap();
+    csi.unpublish_and_unstage(&id, &target, &staging).await;
     server.stop().await;
 }
 

@@ -293,3 +293,39 @@ pub fn stats_request(id: &str, path: &str) -> NodeGetVolumeStatsRequest {
         staging_target_path: String::new(),
     }
 }
+
+impl Csi {
+    /// Stages `id` at `staging` and publishes it at `target`, both with [`rwo`].
+    pub async fn stage_and_publish(&mut self, id: &str, staging: &Path, target: &Path, ro: bool) {
+        self.node
+            .node_stage_volume(stage_request(id, staging))
+            .await
+            .expect("stage");
+        self.node
+            .node_publish_volume(publish_request(id, staging, target, ro))
+            .await
+            .expect("publish");
+    }
+
+    /// Unpublishes `id` from `target` and unstages it from `staging`.
+    pub async fn unpublish_and_unstage(&mut self, id: &str, target: &Path, staging: &Path) {
+        self.node
+            .node_unpublish_volume(unpublish_request(id, target))
+            .await
+            .expect("unpublish");
+        self.node
+            .node_unstage_volume(unstage_request(id, staging))
+            .await
+            .expect("unstage");
+    }
+
+    /// Every volume ListVolumes returns, in one page.
+    pub async fn list(&mut self) -> Vec<Volume> {
+        let reply = self
+            .controller
+            .list_volumes(ListVolumesRequest::default())
+            .await;
+        let entries = reply.expect("list volumes").into_inner().entries;
+        entries.into_iter().filter_map(|e| e.volume).collect()
+    }
+}

@@ -1,0 +1,57 @@
+//! Helpers for benchmarks that drive the real binary: which binary, a process guard, and its
+//! memory figures. Shared by `examples/node_server_bench.rs`; sidecar benchmarks can
+//! `#[path]`-include it too. (A subdirectory of `benches/` is not a bench target itself.)
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+
+/// The binary to measure: `NODEKIT_BIN`, else the static release build if present
+/// (`scripts/build-static.sh`), else `target/release/csi-nodekit`.
+pub fn binary() -> PathBuf {
+    if let Ok(path) = std::env::var("NODEKIT_BIN") {
+        return path.into();
+    }
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let static_build = Path::new(&target).join("x86_64-unknown-linux-gnu/release/csi-nodekit");
+    if static_build.exists() {
+        static_build
+    } else {
+        Path::new(&target).join("release/csi-nodekit")
+    }
+}
+
+/// A child process killed and reaped on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// VmRSS and VmHWM (resident now, resident at peak) of a process, in KiB.
+pub fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Threads of a process.
+pub fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// KiB as megabytes with two decimals.
+pub fn mb(kib: u64) -> String {
+    format!("{:.2} MB", kib as f64 / 1024.0)
+}
