@@ -10,6 +10,7 @@
 #   IMAGE_NAME         local image name (default localhost/csi-nodekit), tagged with the version
 #   CARGO_TARGET_DIR   as for cargo; the static binary is built there
 #   IMAGE_TOOL         buildah or podman (default: whichever is installed, buildah first)
+#   IMAGE_BINARY       use this static binary instead of building one
 #
 # The same binary always gives the same image digest and the same archive bytes: fixed
 # timestamps, no build history, no builder-version label, files sorted in the archive.
@@ -23,8 +24,12 @@ name=${IMAGE_NAME:-localhost/csi-nodekit}
 links=(csi-node-server csi-node-driver-registrar node-driver-registrar livenessprobe)
 
 # 1. The static binary (a no-op when it is up to date).
-nice scripts/build-static.sh >&2
-bin="${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/csi-nodekit"
+if [ -n "${IMAGE_BINARY:-}" ]; then
+  bin=$IMAGE_BINARY
+else
+  nice scripts/build-static.sh >&2
+  bin="${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/csi-nodekit"
+fi
 version=$("$bin" --version)
 version=${version#csi-nodekit }
 
