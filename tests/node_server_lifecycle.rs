@@ -77,6 +77,18 @@ async fn a_volume_goes_through_its_whole_life_with_real_mounts() {
             .all(|u| u.total > 0 && u.used >= 0 && u.available >= 0)
     );
     assert!(!stats.volume_condition.unwrap().abnormal);
+    let link = sandbox.path().join("pods-link");
+    std::os::unix::fs::symlink(&pods, &link).unwrap();
+    let through_link = csi
+        .node
+        .node_get_volume_stats(stats_request(&id, &link.join("ro").display().to_string()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !through_link.volume_condition.unwrap().abnormal,
+        "a path through a symlink still finds the mount"
+    );
 
     let expanded = csi
         .controller

@@ -374,10 +374,10 @@ impl Node for NodeService {
 }
 
 /// A path from a stats or expand request that must exist; anything else means the volume
-/// is not there: NOT_FOUND, as the spec words it.
+/// is not there: NOT_FOUND, as the spec words it. Resolved, because mount points in the
+/// mount table are canonical.
 fn existing_path(value: &str) -> Result<std::path::PathBuf, Status> {
     let not_found = || Status::not_found(format!("volume_path {value:?} does not exist"));
     let path = validate::normalise(value).map_err(|_| not_found())?;
-    std::fs::symlink_metadata(&path).map_err(|_| not_found())?;
-    Ok(path)
+    std::fs::canonicalize(path).map_err(|_| not_found())
 }
