@@ -126,6 +126,18 @@ async fn unknown_volumes_are_not_found_and_a_bad_stats_path_is_not_found() {
         unmounted.volume_condition.unwrap().abnormal,
         "not mounted there"
     );
+    std::fs::remove_dir(sandbox.path().join("state/volumes").join(&id)).unwrap();
+    let missing = n
+        .node_get_volume_stats(stats_request(&id, &staging.display().to_string()))
+        .await
+        .unwrap()
+        .into_inner();
+    let condition = missing.volume_condition.unwrap();
+    assert!(
+        condition.abnormal && condition.message.contains("missing"),
+        "{condition:?}"
+    );
+    assert!(missing.usage.is_empty());
     // Unpublishing or unstaging what is not there is already done, for any volume.
     n.node_unpublish_volume(unpublish_request("vol-x", &target))
         .await

@@ -141,6 +141,33 @@ fn usage(unit: volume_usage::Unit, total: u64, available: u64, used: u64) -> Vol
     }
 }
 
+/// Bytes and inodes of the filesystem a volume lives on (sizes are accounted, not enforced,
+/// so the filesystem's figures are the true ones).
+fn usages(stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
+    let blocks = |n: u64| n.saturating_mul(stat.fragment_size());
+    vec![
+        usage(
+            volume_usage::Unit::Bytes,
+            blocks(stat.blocks()),
+            blocks(stat.blocks_available()),
+            blocks(stat.blocks().saturating_sub(stat.blocks_free())),
+        ),
+        usage(
+            volume_usage::Unit::Inodes,
+            stat.files(),
+            stat.files_available(),
+            stat.files().saturating_sub(stat.files_free()),
+        ),
+    ]
+}
+
+fn abnormal(message: String) -> VolumeCondition {
+    VolumeCondition {
+        abnormal: true,
+        message,
+    }
+}
+
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn node_stage_volume(
@@ -284,35 +311,24 @@ impl Node for NodeService {
             let dir = driver.volumes.path_of(&id);
             let table = driver.mounter.mount_table()?;
             let source = publish::source_of(&table, &dir)?;
-            let stat = nix::sys::statvfs::statvfs(&dir)
-                .map_err(|e| Status::internal(format!("statistics of {}: {e}", dir.display())))?;
-            let condition = match table.mounted_at(&path) {
-                Some(entry) if entry.shows(&source) => VolumeCondition {
+            let stat = match nix::sys::statvfs::statvfs(&dir) {
+                Ok(stat) => Some(stat),
+                Err(nix::errno::Errno::ENOENT) => None,
+                Err(e) => {
+                    let message = format!("statistics of {}: {e}", dir.display());
+                    return Err(Status::internal(message));
+                }
+            };
+            let condition = match (&stat, table.mounted_at(&path)) {
+                (None, _) => abnormal(format!("volume directory {} is missing", dir.display())),
+                (Some(_), Some(entry)) if entry.shows(&source) => VolumeCondition {
                     abnormal: false,
                     message: "volume is mounted".into(),
                 },
-                _ => VolumeCondition {
-                    abnormal: true,
-                    message: format!("volume is not mounted at {}", path.display()),
-                },
+                _ => abnormal(format!("volume is not mounted at {}", path.display())),
             };
-            let frag = stat.fragment_size();
-            let blocks = |n: u64| n.saturating_mul(frag);
             Ok(NodeGetVolumeStatsResponse {
-                usage: vec![
-                    usage(
-                        volume_usage::Unit::Bytes,
-                        blocks(stat.blocks()),
-                        blocks(stat.blocks_available()),
-                        blocks(stat.blocks().saturating_sub(stat.blocks_free())),
-                    ),
-                    usage(
-                        volume_usage::Unit::Inodes,
-                        stat.files(),
-                        stat.files_available(),
-                        stat.files().saturating_sub(stat.files_free()),
-                    ),
-                ],
+                usage: stat.map(|stat| usages(&stat)).unwrap_or_default(),
                 volume_condition: Some(condition),
             })
         })
