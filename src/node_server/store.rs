@@ -64,6 +64,9 @@ impl Store {
     /// be read is reported and skipped, never deleted.
     pub fn open(dir: PathBuf) -> Result<(Self, Vec<Record>), StoreError> {
         std::fs::create_dir_all(&dir).map_err(err("create", &dir))?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
         let mut records = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(err("list", &dir))? {
             let entry = entry.map_err(err("list", &dir))?;
@@ -137,10 +140,15 @@ impl Store {
 
     /// A rename or unlink is durable only once its directory is synced.
     fn sync_dir(&self) -> Result<(), StoreError> {
-        std::fs::File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(err("sync", &self.dir))
+        sync_dir(&self.dir)
     }
+}
+
+/// Makes the entries of a directory (created, renamed, removed) durable.
+pub fn sync_dir(dir: &Path) -> Result<(), PathError> {
+    std::fs::File::open(dir)
+        .and_then(|file| file.sync_all())
+        .map_err(err("sync", dir))
 }
 
 #[cfg(test)]

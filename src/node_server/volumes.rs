@@ -16,7 +16,7 @@ use super::error::at;
 use super::mountinfo::MountTable;
 use super::publish;
 pub use super::store::Record;
-use super::store::{Store, StoreError};
+use super::store::{Store, StoreError, sync_dir};
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -180,6 +180,8 @@ impl Volumes {
         // the group when the CO asks.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
             .map_err(|e| Status::internal(format!("set mode of {}: {e}", dir.display())))?;
+        // The directory must be durable before the record that promises it.
+        sync_dir(&self.data_dir)?;
         self.store.save(&record)?;
         self.inner()
             .records
@@ -227,6 +229,8 @@ impl Volumes {
             // directory descriptors), so a link to elsewhere is removed, not its target.
             std::fs::remove_dir_all(&dir)
                 .map_err(|e| Status::internal(format!("remove {}: {e}", dir.display())))?;
+            // Durably gone before the record goes, so a crash cannot leave unlisted data.
+            sync_dir(&self.data_dir)?;
         }
         self.store.remove(id)?;
         self.inner().records.remove(id);
