@@ -41,6 +41,17 @@ impl Setup {
         self.registry.join(format!("{DRIVER}-reg.sock"))
     }
 
+    /// A driver and a registrar, once the registration socket is up.
+    async fn running(&self) -> (FakeDriver, KillOnDrop, String) {
+        let driver = FakeDriver::start(&self.csi, DRIVER);
+        let (registrar, http) = self.start_registrar(&[]);
+        assert!(
+            wait_for(WAIT, || is_socket(&self.reg_socket())).await,
+            "no registration socket"
+        );
+        (driver, registrar, http)
+    }
+
     /// Starts the registrar with the argument list real DaemonSets use, plus our HTTP endpoint.
     fn start_registrar(&self, extra: &[&str]) -> (KillOnDrop, String) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -178,9 +189,7 @@ async fn get_plugin_info_failures_are_retried_with_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successful_registration_makes_readyz_answer_200() {
     let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (_registrar, http_addr) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (_driver, _registrar, http_addr) = setup.running().await;
     assert_eq!(http(&http_addr, "/readyz").await.0, 503);
     notify(&setup.reg_socket(), true, "").await;
     assert_eq!(http(&http_addr, "/readyz").await, (200, "ok".to_owned()));
@@ -194,9 +203,7 @@ async fn a_successful_registration_makes_readyz_answer_200() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_backoff() {
     let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (mut registrar, http_addr) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (_driver, mut registrar, http_addr) = setup.running().await;
     let first = inode(&setup.reg_socket());
     notify(&setup.reg_socket(), false, "node ID is empty").await;
     let (code, body) = http(&http_addr, "/readyz").await;
@@ -225,9 +232,7 @@ async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
     let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (_registrar, _) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (_driver, _registrar, _) = setup.running().await;
     std::fs::remove_file(setup.reg_socket()).unwrap();
     assert!(
         wait_for(Duration::from_secs(3), || is_socket(&setup.reg_socket())).await,
@@ -245,9 +250,7 @@ async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_restart_recreates_the_registration_socket() {
     let setup = Setup::new();
-    let driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (_registrar, _) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (driver, _registrar, _) = setup.running().await;
     let first = inode(&setup.reg_socket());
     driver.stop().await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -270,9 +273,7 @@ async fn a_driver_restart_recreates_the_registration_socket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() {
     let setup = Setup::new();
-    let driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (_registrar, _) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (driver, _registrar, _) = setup.running().await;
     driver.stop().await;
     let _driver = FakeDriver::start(&setup.csi, "renamed.csi.example.io");
     let renamed = setup.registry.join("renamed.csi.example.io-reg.sock");
@@ -289,9 +290,7 @@ async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_removes_the_registration_socket_and_exits_0() {
     let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (mut registrar, _) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (_driver, mut registrar, _) = setup.running().await;
     common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
     let status = common::wait_exit(&mut registrar.0, WAIT);
     assert_eq!(status.code(), Some(0));
@@ -301,9 +300,7 @@ async fn sigterm_removes_the_registration_socket_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_answers_200_404_and_500_as_upstream_does() {
     let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (_registrar, http_addr) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    let (_driver, _registrar, http_addr) = setup.running().await;
     assert_eq!(http(&http_addr, "/healthz").await, (200, "ok".to_owned()));
 
     // Missing socket → 404, caught before the registrar heals it (it may win the race; retry).
