@@ -245,6 +245,25 @@ async fn main() {
         mb(after.1),
         threads(pid)
     );
+    // What every call pays for "the mount table is the truth", at this many mounts.
+    let reads = 500;
+    let started = Instant::now();
+    let mut text = Vec::new();
+    for _ in 0..reads {
+        text = std::fs::read("/proc/self/mountinfo").expect("mountinfo");
+    }
+    let read = started.elapsed() / reads;
+    let started = Instant::now();
+    let mut entries = 0;
+    for _ in 0..reads {
+        let table = csi_nodekit::node_server::mountinfo::MountTable::parse(&text);
+        entries = table.expect("mount table").entries().len();
+    }
+    println!(
+        "mount table: {entries} entries ({} bytes): read {read:.0?}, parse {:.0?}",
+        text.len(),
+        started.elapsed() / reads
+    );
     drop(server);
     // The server was killed with its volumes staged: unmount what it left in our namespace.
     let table = csi_nodekit::node_server::mountinfo::MountTable::read().expect("mount table");
