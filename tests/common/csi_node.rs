@@ -74,12 +74,9 @@ impl Drop for MountSandbox {
         for point in self.mounts() {
             let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
         }
-        if let Some(dir) = self.dir.take()
-            && self.mounts().is_empty()
-        {
-            drop(dir);
-        } else if let Some(dir) = self.dir.take() {
-            // Never delete through a mount that refused to go.
+        let Some(dir) = self.dir.take() else { return };
+        if !self.mounts().is_empty() {
+            // Never delete through a mount that refused to go: keep the directory.
             let _ = dir.keep();
         }
     }
