@@ -5,44 +5,17 @@
 //!
 //! `cargo bench --bench sidecars`
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "support/mod.rs"]
+mod support;
+use support::{Proc, binary, mb, memory_kib};
 
 use csi_nodekit::proto::registration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
-
-fn binary() -> PathBuf {
-    if let Ok(path) = std::env::var("NODEKIT_BIN") {
-        return path.into();
-    }
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let static_build = Path::new(&target).join("x86_64-unknown-linux-gnu/release/csi-nodekit");
-    if static_build.exists() {
-        static_build
-    } else {
-        Path::new(&target).join("release/csi-nodekit")
-    }
-}
-
-/// A child process stopped the way Kubernetes stops containers: SIGTERM, then SIGKILL.
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn spawn(args: &[String]) -> Proc {
     Proc(
@@ -53,23 +26,6 @@ fn spawn(args: &[String]) -> Proc {
             .spawn()
             .expect("spawn"),
     )
-}
-
-/// Resident and peak memory of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MB", kib as f64 / 1024.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -149,8 +105,8 @@ async fn registrar(dir: &Path, csi: &Path) {
     let (rss, peak) = memory_kib(process.0.id());
     println!(
         "registrar: idle after registration: RSS {} (peak {}); upstream v2.17 measured here: 19.5 MB",
-        mib(rss),
-        mib(peak)
+        mb(rss),
+        mb(peak)
     );
 }
 
@@ -212,10 +168,10 @@ async fn livenessprobe(csi: &Path) {
     let (after_load, peak) = memory_kib(process.0.id());
     println!(
         "probe serve: RSS idle {}, after 500 probes {}, after 4500 probes {} (peak {}); upstream v2.19 measured here: 20.4 MB idle, 25 MB after 500",
-        mib(idle),
-        mib(after_500),
-        mib(after_load),
-        mib(peak)
+        mb(idle),
+        mb(after_500),
+        mb(after_load),
+        mb(peak)
     );
 }
 

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::time::{Duration, Instant};
 
 /// The binary to measure: `NODEKIT_BIN`, else the static release build if present
 /// (`scripts/build-static.sh`), else `target/release/csi-nodekit`.
@@ -21,11 +22,21 @@ pub fn binary() -> PathBuf {
     }
 }
 
-/// A child process killed and reaped on drop.
+/// A child process stopped on drop the way Kubernetes stops containers: SIGTERM, then SIGKILL
+/// after 5 s (a plain SIGKILL would leave sockets behind and skew the next measurement).
 pub struct Proc(pub Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
