@@ -13,10 +13,20 @@
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics`, and a one-shot GET.
 //! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
-//! - [`node_server`] — the CSI plugin (`node-server` mode).
-//! - [`registrar`] — drop-in node-driver-registrar that keeps the driver registered.
+//! - [`node_server`] — the CSI plugin (`node-server` mode): `identity`, `node`, `controller`
+//!   (one file per CSI service), `volumes` + `store` (state, atomic records, per-volume locks),
+//!   `publish` + `mount` + `mountinfo` (bind mounts; the mount table is the truth), `validate`
+//!   (request checks → exact gRPC codes), `capacity`, `ephemeral`.
+//! - [`registrar`] — drop-in node-driver-registrar (`registrar` mode): `service` (the
+//!   Registration API and the status it feeds), `supervise` (driver watch, socket healing,
+//!   re-registration), `health` (`/healthz`, `/readyz`, `/metrics`).
+//! - [`probe`] — `probe` mode: `serve` (livenessprobe), `once`, `registration`, and `kubelet`
+//!   (the kubelet's plugin manager: `watcher`, `reconciler`, `register`, `validate`, `csinode`).
 //! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
-//! - [`probe`] — livenessprobe server, exec probes, kubelet emulator (`probe` mode).
+//!
+//! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (real processes, sockets and
+//! mounts), `benches/` + `examples/` (benchmarks that print figures), `scripts/` (static build,
+//! image, demo, benchmarks), `packaging/` (Containerfile, Kubernetes manifests).
 
 pub mod cli;
 pub mod demo;
