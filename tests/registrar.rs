@@ -432,3 +432,29 @@ impl Drop for FakeRegistration {
         self.stop.fire();
     }
 }
+
+#[test]
+fn a_driver_wait_limit_makes_the_registrar_give_up_naming_the_socket() {
+    let setup = Setup::new();
+    let started = std::time::Instant::now();
+    let out = Command::new(common::binary())
+        .args([
+            "registrar",
+            &format!("--csi-address={}", setup.csi.display()),
+        ])
+        .args([
+            format!("--kubelet-registration-path={HOST_PATH}"),
+            "--driver-wait-limit=1s".into(),
+        ])
+        .arg(format!(
+            "--plugin-registration-path={}",
+            setup.registry.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&setup.csi.display().to_string()), "{err}");
+    assert!(!setup.reg_socket().exists());
+}
