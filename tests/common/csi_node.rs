@@ -143,16 +143,20 @@ pub struct Csi {
     pub controller: ControllerClient<Channel>,
 }
 
+/// Clients of the three services over one connection to `socket` (an in-process server's or
+/// the real binary's).
+pub async fn connect(socket: &Path) -> Csi {
+    let channel = csi_nodekit::socket::connect(socket).await.expect("connect");
+    Csi {
+        identity: IdentityClient::new(channel.clone()),
+        node: NodeClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+    }
+}
+
 impl CsiServer {
     pub async fn client(&self) -> Csi {
-        let channel = csi_nodekit::socket::connect(&self.socket)
-            .await
-            .expect("connect");
-        Csi {
-            identity: IdentityClient::new(channel.clone()),
-            node: NodeClient::new(channel.clone()),
-            controller: ControllerClient::new(channel),
-        }
+        connect(&self.socket).await
     }
 
     /// Stops serving and waits until the server has finished.
