@@ -124,27 +124,63 @@ fn parse_go_bool(value: &str) -> Option<bool> {
     }
 }
 
+/// What a command line says about one flag; as with Go's flag package, the last setting wins.
+enum Setting {
+    Value(String),
+    /// An option with nothing after it: passed on so argh names the missing value.
+    Missing,
+    On,
+    Off,
+}
+
+/// The flags given since the last positional word (a subcommand starts a new command level),
+/// each once, at its first position, with its last setting.
+#[derive(Default)]
+struct Level(Vec<(String, Setting)>);
+
+impl Level {
+    fn set(&mut self, name: &str, setting: Setting) {
+        match self.0.iter_mut().find(|(known, _)| known == name) {
+            Some(slot) => slot.1 = setting,
+            None => self.0.push((name.to_owned(), setting)),
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<String>) {
+        for (name, setting) in self.0.drain(..) {
+            match setting {
+                Setting::Value(value) => out.extend([format!("--{name}"), value]),
+                Setting::Missing | Setting::On => out.push(format!("--{name}")),
+                Setting::Off => {}
+            }
+        }
+    }
+}
+
 /// Rewrites Go-style flags into argh's form: `-name`/`--name`, `=value` or a following value,
 /// become `--name value`; a switch given `=true` becomes `--name` and `=false` disappears;
-/// `-h` becomes `--help`. `switches` lists the long names (without dashes) of boolean flags,
-/// since only they take no value. Positional words and everything after `--` pass unchanged.
+/// `-h` becomes `--help`. A flag given twice keeps its last value, as in Go (charts often append
+/// overrides such as a second `--v`). `switches` lists the long names (without dashes) of
+/// boolean flags, since only they take no value. Positional words and everything after `--`
+/// pass unchanged.
 pub fn normalize_flags(args: &[String], switches: &[&str]) -> Result<Vec<String>, FlagError> {
     let mut out = Vec::with_capacity(args.len());
+    let mut level = Level::default();
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         if arg == "--" {
+            level.flush(&mut out);
             out.push(arg.clone());
             out.extend(iter.by_ref().cloned());
-            break;
+            return Ok(out);
         }
-        let Some(body) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+        let body = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-'));
+        // A lone "-" is a positional word, as in Go.
+        let Some(body) = body.filter(|b| !b.is_empty()) else {
+            level.flush(&mut out);
             out.push(arg.clone());
             continue;
         };
-        if body.is_empty() {
-            out.push(arg.clone()); // a lone "-" is a positional word, as in Go
-            continue;
-        }
         let (name, value) = match body.split_once('=') {
             Some((name, value)) => (name, Some(value)),
             None => (body, None),
@@ -153,25 +189,26 @@ pub fn normalize_flags(args: &[String], switches: &[&str]) -> Result<Vec<String>
             return Err(FlagError(format!("bad flag syntax: {arg}")));
         }
         let name = if name == "h" { "help" } else { name };
-        if name == "help" || switches.contains(&name) {
+        let setting = if name == "help" || switches.contains(&name) {
             match value.map(|v| (v, parse_go_bool(v))) {
-                None | Some((_, Some(true))) => out.push(format!("--{name}")),
-                Some((_, Some(false))) => {}
+                None | Some((_, Some(true))) => Setting::On,
+                Some((_, Some(false))) => Setting::Off,
                 Some((v, None)) => {
                     return Err(FlagError(format!(
                         "invalid boolean value {v:?} for flag --{name}"
                     )));
                 }
             }
-            continue;
-        }
-        out.push(format!("--{name}"));
-        match value {
-            Some(value) => out.push(value.to_owned()),
+        } else {
             // The next word is this flag's value even when it starts with '-', as in Go.
-            None => out.extend(iter.next().cloned()),
-        }
+            match value.map(str::to_owned).or_else(|| iter.next().cloned()) {
+                Some(value) => Setting::Value(value),
+                None => Setting::Missing,
+            }
+        };
+        level.set(name, setting);
     }
+    level.flush(&mut out);
     Ok(out)
 }
 

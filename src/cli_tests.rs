@@ -129,6 +129,19 @@ fn normalization_table_rewrites_every_go_flag_form() {
         (&["once", "-"], &["once", "-"]),
         (&["--", "--csi-address=x"], &["--", "--csi-address=x"]),
         (&["--dangling"], &["--dangling"]),
+        (
+            &["--v=2", "--csi-address=/a", "--v=5"],
+            &["--v", "5", "--csi-address", "/a"],
+        ),
+        (&["--enable-pprof", "--enable-pprof=false"], &[]),
+        (
+            &["--enable-pprof=false", "-enable-pprof"],
+            &["--enable-pprof"],
+        ),
+        (
+            &["--v=1", "serve", "--v=2"],
+            &["--v", "1", "serve", "--v", "2"],
+        ),
     ];
     for (input, expected) in table {
         assert_eq!(
@@ -236,9 +249,20 @@ proptest! {
     fn normalization_never_loses_a_value(
         flags in proptest::collection::vec(("[a-z][a-z0-9-]{0,12}", ".*", any::<u8>()), 0..6)
     ) {
-        let flags: Vec<_> = flags.into_iter().filter(|(n, _, _)| !SWITCHES.contains(&n.as_str()) && n != "h" && n != "help").collect();
+        let mut seen = std::collections::HashSet::new();
+        let flags: Vec<_> = flags
+            .into_iter()
+            .filter(|(n, _, _)| !SWITCHES.contains(&n.as_str()) && n != "h" && n != "help")
+            .filter(|(n, _, _)| seen.insert(n.clone()))
+            .collect();
         let input: Vec<String> = flags.iter().flat_map(|(n, v, f)| spelled(n, v, *f)).collect();
         let expected: Vec<String> = flags.iter().flat_map(|(n, v, _)| [format!("--{n}"), v.clone()]).collect();
         prop_assert_eq!(normalize_flags(&input, SWITCHES), Ok(expected));
+    }
+
+    #[test]
+    fn a_repeated_flag_keeps_its_last_value(first in ".*", last in ".*", form in any::<u8>()) {
+        let input: Vec<String> = [spelled("v", &first, form), spelled("v", &last, form / 4)].concat();
+        prop_assert_eq!(normalize_flags(&input, SWITCHES), Ok(vec!["--v".to_owned(), last]));
     }
 }
