@@ -144,14 +144,49 @@ fn clear_path(path: &Path) -> Result<(), SocketError> {
             kind,
         });
     }
-    match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err(SocketError::InUse(path.to_owned())),
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            log::info!("removing stale socket {}", path.display());
-            std::fs::remove_file(path).map_err(io_err("remove stale socket", path))
-        }
-        Err(e) => Err(io_err("probe existing socket", path)(e)),
+    if has_listener(path)? {
+        return Err(SocketError::InUse(path.to_owned()));
     }
+    log::info!("removing stale socket {}", path.display());
+    std::fs::remove_file(path).map_err(io_err("remove stale socket", path))
+}
+
+/// Whether a process still listens on the socket at `path`. Asked without blocking: a live
+/// listener with a full backlog would otherwise hang the caller (the registrar has one thread).
+fn has_listener(path: &Path) -> Result<bool, SocketError> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+    use std::os::fd::AsRawFd;
+    let probe_error = |e: Errno| io_err("probe existing socket", path)(e.into());
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).map_err(probe_error)?;
+    let address = UnixAddr::new(path).map_err(probe_error)?;
+    match connect(fd.as_raw_fd(), &address) {
+        Ok(()) | Err(Errno::EAGAIN | Errno::EINPROGRESS) => Ok(true),
+        Err(Errno::ECONNREFUSED) => Ok(false),
+        Err(e) => Err(probe_error(e)),
+    }
+}
+
+/// Renames our staged socket to `path` without ever replacing what is there: whatever appeared
+/// since `clear_path` looked goes through the same rules again (stale socket removed, live
+/// socket or non-socket refused).
+fn move_into_place(staged: &Path, path: &Path) -> Result<(), SocketError> {
+    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+    for _ in 0..3 {
+        match renameat2(
+            AT_FDCWD,
+            staged,
+            AT_FDCWD,
+            path,
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EEXIST) => clear_path(path)?,
+            Err(e) => return Err(io_err("move socket into place at", path)(e.into())),
+        }
+    }
+    Err(SocketError::InUse(path.to_owned()))
 }
 
 /// Binds a listening socket at `path` with the given permissions.
@@ -172,7 +207,12 @@ pub fn bind(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temp = parent.join(format!(".{}.{}", std::process::id(), file_name));
+    // Unique per process and moment: every container's main process is pid 1.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let temp = parent.join(format!(".{:x}{nanos:08x}.{file_name}", std::process::id()));
     let staged = if check_length(&temp).is_ok() {
         temp
     } else {
@@ -189,7 +229,7 @@ pub fn bind(
                 .map_err(io_err("set group of", &staged))?;
         }
         if staged != path {
-            std::fs::rename(&staged, path).map_err(io_err("move socket into place at", path))?;
+            move_into_place(&staged, path)?;
         }
         let identity = identity_of(path).ok_or_else(|| SocketError::Io {
             op: "inspect",
@@ -221,14 +261,15 @@ pub fn bind_tokio(
     Ok((listener, guard))
 }
 
-/// Which socket file a path holds: device and inode, plus the inode's change time, because
-/// filesystems hand a freed inode number to the next file created (a successor's socket made
-/// right after ours was deleted often gets our old number).
+/// Which socket file a path holds: device and inode, plus the modification time set when the
+/// socket was bound, because filesystems hand a freed inode number to the next file created (a
+/// successor's socket made right after ours was deleted often gets our old number). The
+/// modification time, unlike the change time, survives chmod, chown and rename.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
     dev: u64,
     ino: u64,
-    ctime: (i64, i64),
+    mtime: (i64, i64),
 }
 
 /// The identity of the socket at `path`, if it holds a socket (symlinks are not followed).
@@ -237,7 +278,7 @@ pub fn identity_of(path: &Path) -> Option<Identity> {
     meta.file_type().is_socket().then(|| Identity {
         dev: meta.dev(),
         ino: meta.ino(),
-        ctime: (meta.ctime(), meta.ctime_nsec()),
+        mtime: (meta.mtime(), meta.mtime_nsec()),
     })
 }
 
@@ -346,6 +387,27 @@ mod tests {
             "{err}"
         );
         assert!(parse_address(&format!("/{}", "a".repeat(106))).is_ok());
+    }
+
+    #[test]
+    fn moving_into_place_never_replaces_what_appeared_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = dir.path().join(".staged");
+        let path = dir.path().join("csi.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&staged).unwrap();
+        std::fs::write(&path, b"someone's file").unwrap();
+        let err = move_into_place(&staged, &path).unwrap_err();
+        assert!(matches!(err, SocketError::NotASocket { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone's file");
+        std::fs::remove_file(&path).unwrap();
+        let live = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(matches!(
+            move_into_place(&staged, &path),
+            Err(SocketError::InUse(_))
+        ));
+        drop(live); // now stale: removed, and ours takes its place
+        move_into_place(&staged, &path).unwrap();
+        assert!(!staged.exists() && identity_of(&path).is_some());
     }
 
     #[test]
