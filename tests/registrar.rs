@@ -113,6 +113,18 @@ async fn notify(socket: &Path, registered: bool, error: &str) {
         .expect("notify");
 }
 
+/// Polls `path` until it answers `code` (the registrar reacts to a notification asynchronously).
+async fn http_until(address: &str, path: &str, code: u16) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let answer = http(address, path).await;
+        if answer.0 == code || tokio::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn http(address: &str, path: &str) -> (u16, String) {
     csi_nodekit::http::get(address, path, Duration::from_secs(5))
         .await
@@ -192,7 +204,10 @@ async fn a_successful_registration_makes_readyz_answer_200() {
     let (_driver, _registrar, http_addr) = setup.running().await;
     assert_eq!(http(&http_addr, "/readyz").await.0, 503);
     notify(&setup.reg_socket(), true, "").await;
-    assert_eq!(http(&http_addr, "/readyz").await, (200, "ok".to_owned()));
+    assert_eq!(
+        http_until(&http_addr, "/readyz", 200).await,
+        (200, "ok".to_owned())
+    );
     let (_, metrics) = http(&http_addr, "/metrics").await;
     assert!(
         metrics.contains(r#"csi_nodekit_registrar_state{state="registered"} 1"#),
@@ -206,8 +221,7 @@ async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_back
     let (_driver, mut registrar, http_addr) = setup.running().await;
     let first = inode(&setup.reg_socket());
     notify(&setup.reg_socket(), false, "node ID is empty").await;
-    let (code, body) = http(&http_addr, "/readyz").await;
-    assert_eq!(code, 503);
+    let (_, body) = http(&http_addr, "/readyz").await;
     assert!(body.contains("node ID is empty"), "{body}");
     let recreated = wait_for(WAIT, || {
         inode(&setup.reg_socket()).is_some_and(|i| Some(i) != first)
@@ -382,11 +396,21 @@ fn go_only_flags_are_accepted() {
             "--enable-pprof",
             "--automaxprocs=true",
             "--connection-timeout=15s",
-            "--version",
+            "--mode=kubelet-registration-probe",
+            "--kubelet-registration-path=/x/csi.sock",
         ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    let logged = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        logged.contains("--enable-pprof and --automaxprocs are Go runtime options; ignored"),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("--connection-timeout is deprecated and has no effect"),
+        "{logged}"
+    );
 }
 
 /// A registration server that answers GetInfo for some other driver.
@@ -405,7 +429,7 @@ impl FakeRegistration {
         let (listener, guard) =
             csi_nodekit::socket::bind_tokio(socket, perms).expect("bind impostor");
         let (stop, stopped) = csi_nodekit::shutdown::Shutdown::manual();
-        let (verdicts, _) = tokio::sync::mpsc::channel(1);
+        let (verdicts, _) = tokio::sync::mpsc::unbounded_channel();
         let info = csi_nodekit::registrar::plugin_info(name, "/elsewhere/csi.sock");
         let service = csi_nodekit::registrar::RegistrationService {
             info,
@@ -457,4 +481,107 @@ fn a_driver_wait_limit_makes_the_registrar_give_up_naming_the_socket() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&setup.csi.display().to_string()), "{err}");
     assert!(!setup.reg_socket().exists());
+}
+
+/// Waits until the socket at `path` is a different one than `before`; returns how long it took.
+async fn replaced_after(path: &Path, before: Option<csi_nodekit::socket::Identity>) -> Duration {
+    let started = std::time::Instant::now();
+    assert!(
+        wait_for(WAIT, || inode(path).is_some_and(|i| Some(i) != before)).await,
+        "not re-created"
+    );
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejections_back_off_doubling_while_healthz_stays_200_and_success_resets_it() {
+    let setup = Setup::new();
+    let (_driver, _registrar, http_addr) = setup.running().await;
+    let socket = setup.reg_socket();
+
+    notify(&socket, false, "first refusal").await;
+    let (code, body) = http(&http_addr, "/healthz").await;
+    assert_eq!(code, 200, "liveness must hold during the back-off: {body}");
+    assert!(body.contains("first refusal"), "{body}");
+    let first = replaced_after(&socket, inode(&socket)).await;
+    assert!(
+        first >= Duration::from_millis(900),
+        "first back-off was {first:?}"
+    );
+
+    notify(&socket, false, "second refusal").await;
+    let second = replaced_after(&socket, inode(&socket)).await;
+    assert!(
+        second >= Duration::from_millis(1900),
+        "second back-off was {second:?}, not doubled"
+    );
+
+    notify(&socket, true, "").await;
+    assert_eq!(http_until(&http_addr, "/readyz", 200).await.0, 200);
+    notify(&socket, false, "after a success").await;
+    let reset = replaced_after(&socket, inode(&socket)).await;
+    assert!(
+        reset < Duration::from_millis(1900),
+        "success did not reset the back-off: {reset:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_drops_as_soon_as_the_registration_socket_is_lost() {
+    let setup = Setup::new();
+    let (_driver, _registrar, http_addr) = setup.running().await;
+    notify(&setup.reg_socket(), true, "").await;
+    assert_eq!(http_until(&http_addr, "/readyz", 200).await.0, 200);
+    std::fs::remove_file(setup.reg_socket()).unwrap();
+    let (code, body) = http_until(&http_addr, "/readyz", 503).await;
+    assert_eq!(code, 503, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_stays_200_while_a_restarted_driver_does_not_answer_yet() {
+    let setup = Setup::new();
+    let (driver, _registrar, http_addr) = setup.running().await;
+    driver.stop().await;
+    drop(std::os::unix::net::UnixListener::bind(&setup.csi).unwrap()); // back, but not answering
+    let (_, ready) = http_until(&http_addr, "/readyz", 503).await;
+    assert!(
+        wait_for(WAIT, || !setup.reg_socket().exists()).await,
+        "old socket kept"
+    );
+    let (code, body) = http(&http_addr, "/healthz").await;
+    assert_eq!(code, 200, "{body} (readyz: {ready})");
+    assert!(body.contains("waiting for the driver"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_driver_name_is_refused_and_nothing_is_created() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, "../escape");
+    let out = tokio::task::spawn_blocking({
+        let (csi, registry) = (setup.csi.clone(), setup.registry.clone());
+        move || {
+            Command::new(common::binary())
+                .args(["registrar", &format!("--csi-address={}", csi.display())])
+                .arg(format!("--kubelet-registration-path={HOST_PATH}"))
+                .arg(format!("--plugin-registration-path={}", registry.display()))
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"../escape\"") && err.contains("CSI naming rules"),
+        "{err}"
+    );
+    assert!(
+        !setup
+            .registry
+            .parent()
+            .unwrap()
+            .join("escape-reg.sock")
+            .exists()
+    );
 }

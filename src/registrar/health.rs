@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Config;
-use super::service::{Phase, Tracker};
+use super::service::{Phase, Snapshot, Tracker};
 use crate::http::Reply;
 use crate::metrics::Metrics;
 use crate::proto::registration::{InfoRequest, registration_client::RegistrationClient};
@@ -30,29 +30,28 @@ impl Handler {
         }
     }
 
-    /// Upstream's check once our socket exists: it must be there and answer GetInfo with the
-    /// driver's name. Before the driver has first answered there is no socket to check, and
-    /// waiting is the registrar working as designed, so liveness holds.
+    /// Upstream's check while our socket should exist: it must be there and answer GetInfo
+    /// with the driver's name. While the registrar is waiting for the driver, backing off after
+    /// a rejection, or re-creating its socket, there is no socket to check and the registrar is
+    /// working as designed: liveness holds (a restart would only reset the back-off).
     async fn healthz(&self) -> Reply {
         let snapshot = self.tracker.snapshot();
-        let (Some(socket), Some(driver)) = (snapshot.socket, snapshot.driver) else {
-            return Reply::text(
-                200,
-                format!(
-                    "ok: waiting for the driver at {}",
-                    self.config.csi_address.display()
-                ),
-            );
+        let (Some(socket), Some(driver), true) = (
+            snapshot.socket.as_ref(),
+            snapshot.driver.as_ref(),
+            snapshot.phase.expects_socket(),
+        ) else {
+            return Reply::text(200, format!("ok: {}", self.why_not_ready(&snapshot)));
         };
-        match std::fs::symlink_metadata(&socket) {
+        match std::fs::symlink_metadata(socket) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Reply::text(404, "registration socket does not exist");
             }
             Err(e) => return Reply::text(500, format!("stat {}: {e}", socket.display())),
             Ok(_) => {}
         }
-        match self_check(&socket, self.config.timeout).await {
-            Ok(name) if name == driver => Reply::text(200, "ok"),
+        match self_check(socket, self.config.timeout).await {
+            Ok(name) if name == *driver => Reply::text(200, "ok"),
             Ok(name) => Reply::text(
                 500,
                 format!("registration socket answers for driver {name:?}, expected {driver:?}"),
@@ -63,23 +62,27 @@ impl Handler {
 
     fn readyz(&self) -> Reply {
         let snapshot = self.tracker.snapshot();
-        let driver = snapshot.driver.as_deref().unwrap_or("the driver");
         match snapshot.phase {
             Phase::Registered => Reply::text(200, "ok"),
-            Phase::WaitingForDriver => Reply::text(
-                503,
+            _ => Reply::text(503, self.why_not_ready(&snapshot)),
+        }
+    }
+
+    fn why_not_ready(&self, snapshot: &Snapshot) -> String {
+        let driver = snapshot.driver.as_deref().unwrap_or("the driver");
+        match &snapshot.phase {
+            Phase::Registered => "registered".to_owned(),
+            Phase::WaitingForDriver => {
                 format!(
                     "waiting for the driver at {}",
                     self.config.csi_address.display()
-                ),
-            ),
-            Phase::WaitingForKubelet => {
-                Reply::text(503, format!("waiting for the kubelet to register {driver}"))
+                )
             }
-            Phase::Rejected(reason) => Reply::text(
-                503,
-                format!("the kubelet failed to register {driver}: {reason}"),
-            ),
+            Phase::WaitingForKubelet => format!("waiting for the kubelet to register {driver}"),
+            Phase::Rejected(reason) => format!("the kubelet failed to register {driver}: {reason}"),
+            Phase::Recreating(reason) => {
+                format!("re-creating the registration socket of {driver}: {reason}")
+            }
         }
     }
 }

@@ -13,7 +13,6 @@ use std::time::Duration;
 use argh::{ArgsInfo, FromArgs};
 
 pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
-pub use supervise::registration_socket;
 
 use crate::duration::GoDuration;
 use crate::shutdown::Shutdown;
@@ -50,8 +49,8 @@ pub struct Args {
     #[argh(option)]
     pub driver_wait_limit: Option<GoDuration>,
     /// file mode of the registration socket, octal
-    #[argh(option, default = "String::from(\"0700\")")]
-    pub socket_mode: String,
+    #[argh(option, default = "socket::SocketMode(0o700)")]
+    pub socket_mode: socket::SocketMode,
     /// numeric group ID to own the registration socket
     #[argh(option)]
     pub socket_group: Option<u32>,
@@ -81,6 +80,11 @@ impl crate::ModeArgs for Args {
     }
 }
 
+/// The registration socket path for a driver.
+fn registration_socket(dir: &std::path::Path, driver: &str) -> PathBuf {
+    dir.join(format!("{driver}-reg.sock"))
+}
+
 /// Validated settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -96,6 +100,12 @@ pub struct Config {
 impl Config {
     /// Checks the flags; `None` means "exit at once, successfully" (the probe mode).
     pub fn from_args(args: Args) -> Result<Option<Self>, BoxError> {
+        if args.connection_timeout.is_some() {
+            log::info!("--connection-timeout is deprecated and has no effect");
+        }
+        if args.enable_pprof || args.automaxprocs {
+            log::info!("--enable-pprof and --automaxprocs are Go runtime options; ignored");
+        }
         match args.mode.as_str() {
             "" | "registration" => {}
             "kubelet-registration-probe" => {
@@ -122,12 +132,6 @@ impl Config {
                 .into());
             }
         };
-        if args.connection_timeout.is_some() {
-            log::info!("--connection-timeout is deprecated and has no effect");
-        }
-        if args.enable_pprof || args.automaxprocs {
-            log::info!("--enable-pprof and --automaxprocs are Go runtime options; ignored");
-        }
         Ok(Some(Self {
             csi_address: socket::parse_address(&args.csi_address)?,
             kubelet_registration_path,
@@ -136,7 +140,7 @@ impl Config {
             http_endpoint,
             driver_wait_limit: args.driver_wait_limit.map(|d| d.0).filter(|d| !d.is_zero()),
             socket_perms: socket::Permissions {
-                mode: socket::parse_mode(&args.socket_mode)?,
+                mode: args.socket_mode.0,
                 gid: args.socket_group,
             },
         }))
@@ -177,5 +181,7 @@ pub async fn serve(config: Config, shutdown: Shutdown) -> Result<(), BoxError> {
             shutdown.clone(),
         ));
     }
-    supervise::supervise(config, tracker, metrics, shutdown).await
+    supervise::Supervisor::new(config, tracker, metrics, shutdown)
+        .run()
+        .await
 }

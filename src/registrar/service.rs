@@ -7,7 +7,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::UnboundedSender;
 use tonic::{Request, Response, Status};
 
 use crate::proto::registration::{
@@ -24,23 +24,35 @@ pub enum Phase {
     Registered,
     /// The kubelet said no, with this reason; the socket is re-created after a back-off.
     Rejected(String),
+    /// Our socket is gone (deleted, replaced, or could not be created), for this reason; a new
+    /// one is on its way.
+    Recreating(String),
 }
 
 impl Phase {
-    fn label(&self) -> &'static str {
-        match self {
-            Self::WaitingForDriver => "waiting_for_driver",
-            Self::WaitingForKubelet => "waiting_for_kubelet",
-            Self::Registered => "registered",
-            Self::Rejected(_) => "rejected",
-        }
-    }
-    const LABELS: [&'static str; 4] = [
+    /// Metric label values, in the order of [`Phase::index`].
+    const LABELS: [&'static str; 5] = [
         "waiting_for_driver",
         "waiting_for_kubelet",
         "registered",
         "rejected",
+        "recreating",
     ];
+
+    fn index(&self) -> usize {
+        match self {
+            Self::WaitingForDriver => 0,
+            Self::WaitingForKubelet => 1,
+            Self::Registered => 2,
+            Self::Rejected(_) => 3,
+            Self::Recreating(_) => 4,
+        }
+    }
+
+    /// True while our registration socket should be at its path, answering GetInfo.
+    pub fn expects_socket(&self) -> bool {
+        matches!(self, Self::WaitingForKubelet | Self::Registered)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -115,8 +127,8 @@ impl Tracker {
     }
 
     fn publish(&self, phase: &Phase) {
-        for label in Phase::LABELS {
-            let value = i64::from(label == phase.label());
+        for (index, label) in Phase::LABELS.into_iter().enumerate() {
+            let value = i64::from(index == phase.index());
             self.state
                 .get_or_create(&StateLabel {
                     state: label.to_owned(),
@@ -163,7 +175,7 @@ pub struct Verdict {
 pub struct RegistrationService {
     pub info: PluginInfo,
     pub generation: u64,
-    pub verdicts: mpsc::Sender<Verdict>,
+    pub verdicts: UnboundedSender<Verdict>,
 }
 
 /// What we tell the kubelet about a CSI driver.
@@ -202,8 +214,8 @@ impl Registration for RegistrationService {
             registered: status.plugin_registered,
             error: status.error,
         };
-        // A full queue means the supervisor is already reacting to earlier verdicts.
-        let _ = self.verdicts.try_send(verdict);
+        // The supervisor may have moved on to a newer socket; it ignores old generations.
+        let _ = self.verdicts.send(verdict);
         Ok(Response::new(RegistrationStatusResponse {}))
     }
 }

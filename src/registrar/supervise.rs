@@ -3,11 +3,11 @@
 //! registration again — socket deleted or replaced, driver restarted or renamed, or the
 //! kubelet reporting a failure (it never retries that by itself).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::Config;
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
@@ -16,14 +16,18 @@ use crate::metrics::Metrics;
 use crate::proto::csi::identity_client::IdentityClient;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::shutdown::{Shutdown, Trigger};
-use crate::socket::{self, SocketError, SocketGuard};
+use crate::socket::{self, Identity, SocketError, SocketGuard};
 
 /// How often the sockets are looked at: a deleted registration socket is back within this.
+/// Two `lstat`s every half second cost nothing and, unlike inotify, see through every kind of
+/// host path mount.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Back-off after the kubelet rejects us, and between failed driver calls.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_REJECT_BACKOFF: Duration = Duration::from_secs(300);
 const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a stopping registration server may take to finish its calls.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 const GET_PLUGIN_INFO: &str = "/csi.v1.Identity/GetPluginInfo";
 
 fn doubled(delay: Duration, max: Duration) -> Duration {
@@ -33,76 +37,17 @@ fn doubled(delay: Duration, max: Duration) -> Duration {
 /// Sleeps unless shutdown begins first; returns false on shutdown.
 async fn sleep_or_stop(delay: Duration, shutdown: &Shutdown) -> bool {
     tokio::select! {
-        () = tokio::time::sleep(delay) => true,
+        biased;
         () = shutdown.clone().wait() => false,
+        () = tokio::time::sleep(delay) => true,
     }
 }
 
-/// Asks the driver its name, retrying with back-off until it answers with a valid one.
-/// Returns `None` on shutdown or when `--driver-wait-limit` runs out.
-async fn learn_driver_name(
-    config: &Config,
-    metrics: &Metrics,
-    shutdown: &Shutdown,
-) -> Result<Option<String>, BoxError> {
-    let started = Instant::now();
-    let give_up = config.driver_wait_limit;
-    let over_limit = || give_up.is_some_and(|limit| started.elapsed() >= limit);
-    let channel = tokio::select! {
-        dialled = socket::dial(&config.csi_address, config.timeout.max(Duration::from_secs(1)), give_up) => dialled?,
-        () = shutdown.clone().wait() => return Ok(None),
-    };
-    let mut client = IdentityClient::new(channel);
-    let mut delay = FIRST_BACKOFF;
-    loop {
-        let asked = Instant::now();
-        let request = tonic::Request::new(crate::proto::csi::GetPluginInfoRequest {});
-        let reply = tokio::time::timeout(config.timeout, client.get_plugin_info(request))
-            .await
-            .unwrap_or_else(|_| {
-                Err(tonic::Status::deadline_exceeded(format!(
-                    "no answer within {:?}",
-                    config.timeout
-                )))
-            });
-        let code = reply
-            .as_ref()
-            .map(|_| tonic::Code::Ok)
-            .unwrap_or_else(|s| s.code());
-        let name = reply
-            .as_ref()
-            .map(|r| r.get_ref().name.clone())
-            .unwrap_or_default();
-        metrics.observe(&name, GET_PLUGIN_INFO, code, asked.elapsed());
-        match reply {
-            Ok(_) if name.is_empty() => log::warn!(
-                "driver at {} returned an empty name",
-                config.csi_address.display()
-            ),
-            Ok(_) => {
-                crate::driver_name::validate(&name)?;
-                return Ok(Some(name));
-            }
-            Err(status) => log::warn!(
-                "GetPluginInfo on {}: {}: {}; retrying in {delay:?}",
-                config.csi_address.display(),
-                crate::metrics::go_code_name(status.code()),
-                status.message()
-            ),
-        }
-        if over_limit() {
-            return Err(format!(
-                "driver at {} gave no name within {:?}",
-                config.csi_address.display(),
-                give_up.unwrap_or_default()
-            )
-            .into());
-        }
-        if !sleep_or_stop(delay, shutdown).await {
-            return Ok(None);
-        }
-        delay = doubled(delay, MAX_DRIVER_BACKOFF);
-    }
+/// The driver as last seen: its name, and which socket file answered (a restarted driver binds
+/// a new one).
+struct Driver {
+    name: String,
+    socket: Option<Identity>,
 }
 
 /// One generation of the registration socket and the server behind it.
@@ -129,11 +74,15 @@ impl Served {
         Ok(Self { guard, stop, task })
     }
 
-    /// Stops serving, then removes the socket if it is still ours.
+    /// Removes the socket first (if it is still ours), so nobody dials a server that no longer
+    /// accepts, then lets the server finish its calls for a moment.
     async fn stop(self) {
-        self.stop.fire();
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.task).await;
         drop(self.guard);
+        self.stop.fire();
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(STOP_GRACE, self.task).await.is_err() {
+            abort.abort();
+        }
     }
 }
 
@@ -146,134 +95,217 @@ enum Next {
     AskDriver,
 }
 
-/// The registration socket path for a driver.
-pub fn registration_socket(dir: &Path, driver: &str) -> PathBuf {
-    dir.join(format!("{driver}-reg.sock"))
-}
-
-/// Runs until shutdown: the whole registration life cycle.
-pub async fn supervise(
+/// The registration life cycle and its state.
+pub struct Supervisor {
     config: Arc<Config>,
     tracker: Arc<Tracker>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
-) -> Result<(), BoxError> {
-    let (verdict_tx, mut verdicts) = mpsc::channel::<Verdict>(8);
-    let mut generation = 0u64;
-    'driver: loop {
-        tracker.set_phase(Phase::WaitingForDriver);
-        let Some(driver) = learn_driver_name(&config, &metrics, &shutdown).await? else {
-            return Ok(());
+    verdict_tx: UnboundedSender<Verdict>,
+    verdicts: UnboundedReceiver<Verdict>,
+    generation: u64,
+    /// Whether a registration socket was ever created: before that, a non-socket in its place
+    /// is a configuration error (as upstream treats it); after, it is someone's file that we
+    /// must not touch, so we wait it out.
+    served_once: bool,
+}
+
+impl Supervisor {
+    pub fn new(
+        config: Arc<Config>,
+        tracker: Arc<Tracker>,
+        metrics: Arc<Metrics>,
+        shutdown: Shutdown,
+    ) -> Self {
+        let (verdict_tx, verdicts) = unbounded_channel();
+        Self {
+            config,
+            tracker,
+            metrics,
+            shutdown,
+            verdict_tx,
+            verdicts,
+            generation: 0,
+            served_once: false,
+        }
+    }
+
+    /// Runs until shutdown.
+    pub async fn run(mut self) -> Result<(), BoxError> {
+        loop {
+            self.tracker.set_phase(Phase::WaitingForDriver);
+            let Some(driver) = self.learn_driver().await? else {
+                return Ok(());
+            };
+            match self.keep_registered(&driver).await? {
+                Next::AskDriver => continue,
+                Next::Shutdown | Next::Recreate(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// Asks the driver its name, retrying with back-off until it answers with a valid one.
+    /// Returns `None` on shutdown; an error when `--driver-wait-limit` runs out.
+    async fn learn_driver(&self) -> Result<Option<Driver>, BoxError> {
+        let config = &self.config;
+        let started = Instant::now();
+        let give_up = config.driver_wait_limit;
+        let attempt_timeout = config.timeout.max(Duration::from_secs(1));
+        let channel = tokio::select! {
+            biased;
+            () = self.shutdown.clone().wait() => return Ok(None),
+            dialled = socket::dial(&config.csi_address, attempt_timeout, give_up) => dialled?,
         };
-        let driver_identity = socket::identity_of(&config.csi_address);
-        let path = registration_socket(&config.plugin_registration_path, &driver);
+        let mut client = IdentityClient::new(channel);
+        let mut delay = FIRST_BACKOFF;
+        loop {
+            // Read before asking: a restart during the call then shows as a change later.
+            let socket = socket::identity_of(&config.csi_address);
+            let asked = Instant::now();
+            let request = tonic::Request::new(crate::proto::csi::GetPluginInfoRequest {});
+            let reply = tokio::time::timeout(config.timeout, client.get_plugin_info(request))
+                .await
+                .unwrap_or_else(|_| {
+                    let message = format!("no answer within {:?}", config.timeout);
+                    Err(tonic::Status::deadline_exceeded(message))
+                });
+            let code = reply
+                .as_ref()
+                .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+            let name = reply
+                .as_ref()
+                .map(|r| r.get_ref().name.clone())
+                .unwrap_or_default();
+            self.metrics
+                .observe(&name, GET_PLUGIN_INFO, code, asked.elapsed());
+            let address = config.csi_address.display();
+            match reply {
+                Ok(_) if name.is_empty() => {
+                    log::warn!("driver at {address} returned an empty name")
+                }
+                Ok(_) => {
+                    crate::driver_name::validate(&name)?;
+                    return Ok(Some(Driver { name, socket }));
+                }
+                Err(status) => log::warn!(
+                    "GetPluginInfo on {address}: {}: {}; retrying in {delay:?}",
+                    crate::metrics::go_code_name(status.code()),
+                    status.message()
+                ),
+            }
+            if give_up.is_some_and(|limit| started.elapsed() >= limit) {
+                let limit = give_up.unwrap_or_default();
+                return Err(format!("driver at {address} gave no name within {limit:?}").into());
+            }
+            if !sleep_or_stop(delay, &self.shutdown).await {
+                return Ok(None);
+            }
+            delay = doubled(delay, MAX_DRIVER_BACKOFF);
+        }
+    }
+
+    /// Serves registration sockets for `driver`, one generation after another, until shutdown
+    /// or until the driver restarts.
+    async fn keep_registered(&mut self, driver: &Driver) -> Result<Next, BoxError> {
+        let path = super::registration_socket(&self.config.plugin_registration_path, &driver.name);
         log::info!(
-            "driver {driver} found at {}; registering through {}",
-            config.csi_address.display(),
+            "driver {} found at {}; registering through {}",
+            driver.name,
+            self.config.csi_address.display(),
             path.display()
         );
         let mut reject_backoff = FIRST_BACKOFF;
         let mut bind_backoff = FIRST_BACKOFF;
         loop {
-            generation += 1;
+            if self.shutdown.is_started() {
+                return Ok(Next::Shutdown);
+            }
+            self.generation += 1;
             let service = RegistrationService {
-                info: plugin_info(&driver, &config.kubelet_registration_path),
-                generation,
-                verdicts: verdict_tx.clone(),
+                info: plugin_info(&driver.name, &self.config.kubelet_registration_path),
+                generation: self.generation,
+                verdicts: self.verdict_tx.clone(),
             };
-            let served = match Served::start(&config, &path, service) {
+            let served = match Served::start(&self.config, &path, service) {
                 Ok(served) => served,
-                // At start-up a non-socket in the way is a configuration error, as upstream
-                // treats it; later it is someone's file that we must not touch, so wait it out.
-                Err(e @ SocketError::NotASocket { .. }) if generation == 1 => return Err(e.into()),
+                Err(e @ SocketError::NotASocket { .. }) if !self.served_once => {
+                    return Err(e.into());
+                }
                 Err(e) => {
                     log::error!(
                         "cannot create the registration socket: {e}; retrying in {bind_backoff:?}"
                     );
-                    tracker.record_error(&e.to_string());
-                    if !sleep_or_stop(bind_backoff, &shutdown).await {
-                        return Ok(());
+                    self.tracker.record_error(&e.to_string());
+                    self.tracker.set_phase(Phase::Recreating(e.to_string()));
+                    if !sleep_or_stop(bind_backoff, &self.shutdown).await {
+                        return Ok(Next::Shutdown);
                     }
                     bind_backoff = doubled(bind_backoff, MAX_DRIVER_BACKOFF);
                     continue;
                 }
             };
+            self.served_once = true;
             bind_backoff = FIRST_BACKOFF;
-            tracker.socket_created(&driver, &path);
-            let next = watch(
-                &config,
-                &tracker,
-                &served,
-                generation,
-                driver_identity,
-                &mut verdicts,
-                &mut reject_backoff,
-                &shutdown,
-            )
-            .await;
+            self.tracker.socket_created(&driver.name, &path);
+            let next = self.watch(&served, driver, &mut reject_backoff).await;
             served.stop().await;
             match next {
-                Next::Shutdown => return Ok(()),
-                Next::Recreate(pause) => {
-                    if !sleep_or_stop(pause, &shutdown).await {
-                        return Ok(());
-                    }
-                }
-                Next::AskDriver => continue 'driver,
+                Next::Recreate(pause) if sleep_or_stop(pause, &self.shutdown).await => {}
+                Next::Recreate(_) => return Ok(Next::Shutdown),
+                other => return Ok(other),
             }
         }
     }
-}
 
-/// Watches one generation of the registration socket until something calls for a new one.
-#[allow(clippy::too_many_arguments)]
-async fn watch(
-    config: &Config,
-    tracker: &Tracker,
-    served: &Served,
-    generation: u64,
-    driver_identity: Option<socket::Identity>,
-    verdicts: &mut mpsc::Receiver<Verdict>,
-    reject_backoff: &mut Duration,
-    shutdown: &Shutdown,
-) -> Next {
-    let mut driver_gone = false;
-    let mut ticker = tokio::time::interval(CHECK_EVERY);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.clone().wait() => return Next::Shutdown,
-            Some(verdict) = verdicts.recv() => {
-                if verdict.generation != generation {
-                    continue; // about a socket we already replaced
-                }
-                if verdict.registered {
-                    tracker.set_phase(Phase::Registered);
-                    *reject_backoff = FIRST_BACKOFF;
-                } else {
+    /// Watches one generation of the registration socket until something calls for a new one.
+    async fn watch(
+        &mut self,
+        served: &Served,
+        driver: &Driver,
+        reject_backoff: &mut Duration,
+    ) -> Next {
+        let address = &self.config.csi_address;
+        let mut driver_gone = false;
+        let mut ticker = tokio::time::interval(CHECK_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = self.shutdown.clone().wait() => return Next::Shutdown,
+                Some(verdict) = self.verdicts.recv() => {
+                    if verdict.generation != self.generation {
+                        continue; // about a socket we already replaced
+                    }
+                    if verdict.registered {
+                        self.tracker.set_phase(Phase::Registered);
+                        *reject_backoff = FIRST_BACKOFF;
+                        continue;
+                    }
                     let pause = *reject_backoff;
                     log::warn!("re-creating the registration socket in {pause:?} so the kubelet tries again");
-                    tracker.record_error(&verdict.error);
-                    tracker.set_phase(Phase::Rejected(verdict.error));
+                    self.tracker.record_error(&verdict.error);
+                    self.tracker.set_phase(Phase::Rejected(verdict.error));
                     *reject_backoff = doubled(pause, MAX_REJECT_BACKOFF);
                     return Next::Recreate(pause);
                 }
-            }
-            _ = ticker.tick() => {
-                if !served.guard.is_ours() {
-                    log::warn!("registration socket {} was deleted or replaced; re-creating it", served.guard.path().display());
-                    return Next::Recreate(Duration::ZERO);
-                }
-                match socket::identity_of(&config.csi_address) {
-                    None if !driver_gone => {
-                        log::warn!("driver socket {} is gone; waiting for the driver to come back", config.csi_address.display());
-                        driver_gone = true;
+                _ = ticker.tick() => {
+                    if !served.guard.is_ours() {
+                        let why = "the socket was deleted or replaced";
+                        log::warn!("registration socket {}: {why}; re-creating it", served.guard.path().display());
+                        self.tracker.set_phase(Phase::Recreating(why.to_owned()));
+                        return Next::Recreate(Duration::ZERO);
                     }
-                    Some(now) if driver_gone || Some(now) != driver_identity => {
-                        log::info!("driver socket {} was re-created; registering again", config.csi_address.display());
-                        return Next::AskDriver;
+                    match socket::identity_of(address) {
+                        None if !driver_gone => {
+                            log::warn!("driver socket {} is gone; waiting for the driver to come back", address.display());
+                            driver_gone = true;
+                        }
+                        Some(now) if driver_gone || Some(now) != driver.socket => {
+                            log::info!("driver socket {} was re-created; registering again", address.display());
+                            return Next::AskDriver;
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
             }
         }

@@ -121,6 +121,18 @@ pub fn parse_mode(text: &str) -> Result<u32, String> {
     }
 }
 
+/// A `--socket-mode` value: octal, checked while the flags are parsed so that a bad one is
+/// reported as a bad flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketMode(pub u32);
+
+impl std::str::FromStr for SocketMode {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        parse_mode(text).map(SocketMode)
+    }
+}
+
 /// Removes a stale socket at `path`, or explains why the path cannot be used.
 fn clear_path(path: &Path) -> Result<(), SocketError> {
     let meta = match std::fs::symlink_metadata(path) {
