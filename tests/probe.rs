@@ -133,7 +133,8 @@ async fn simultaneous_probes_share_one_call_to_the_driver() {
     let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]);
     assert_eq!(healthz(&address).await.0, 200); // connect and learn the name first
     driver.behaviour.probe_calls.store(0, Ordering::SeqCst);
-    *driver.behaviour.probe_delay.lock().unwrap() = Duration::from_millis(500);
+    // Long enough for all eight connections to arrive while the first Probe is held.
+    *driver.behaviour.probe_delay.lock().unwrap() = Duration::from_secs(2);
     let requests: Vec<_> = (0..8)
         .map(|_| {
             tokio::spawn({
@@ -154,15 +155,24 @@ async fn metrics_carry_the_upstream_histogram_and_start_time() {
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&csi_path(dir.path()), DRIVER);
     let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]);
-    assert_eq!(healthz(&address).await.0, 200);
-    let (code, body) = csi_nodekit::http::get(&address, "/metrics", Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert_eq!(code, 200);
-    let probe = format!(
-        r#"driver_name="{DRIVER}",method_name="/csi.v1.Identity/Probe",grpc_status_code="OK"}} 1"#
+    // The name is learned beside the first probe, so the label is there from the second on.
+    let labelled = format!(
+        r#"driver_name="{DRIVER}",method_name="/csi.v1.Identity/Probe",grpc_status_code="OK"}}"#
     );
-    assert!(body.contains(&probe), "{body}");
+    let mut body = String::new();
+    for _ in 0..50 {
+        assert_eq!(healthz(&address).await.0, 200);
+        let (code, text) = csi_nodekit::http::get(&address, "/metrics", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        body = text;
+        if body.contains(&labelled) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(body.contains(&labelled), "{body}");
     assert!(body.contains("process_start_time_seconds "), "{body}");
 }
 
@@ -274,4 +284,21 @@ fn probe_without_a_subcommand_is_a_usage_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_deadline_covers_connecting_and_probing_as_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let csi = csi_path(dir.path());
+    // Accepts connections (the kernel queues them) but never speaks: the handshake hangs.
+    let _mute = std::os::unix::net::UnixListener::bind(&csi).unwrap();
+    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]);
+    let started = std::time::Instant::now();
+    let (code, body) = healthz(&address).await;
+    let took = started.elapsed();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        took < Duration::from_millis(1800),
+        "first probe took {took:?} for a 1 s timeout"
+    );
 }

@@ -4,10 +4,12 @@
 //! down.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 use tokio::sync::{Mutex, watch};
+use tokio::time::Instant;
 
 use super::check;
 use crate::duration::GoDuration;
@@ -58,6 +60,8 @@ pub struct Prober {
     metrics: Arc<Metrics>,
     channel: Mutex<Option<tonic::transport::Channel>>,
     driver: std::sync::Mutex<String>,
+    /// A GetPluginInfo for the name is under way.
+    learning: AtomicBool,
     in_flight: std::sync::Mutex<Option<watch::Receiver<Outcome>>>,
 }
 
@@ -69,52 +73,63 @@ impl Prober {
             metrics,
             channel: Mutex::new(None),
             driver: std::sync::Mutex::new(String::new()),
+            learning: AtomicBool::new(false),
             in_flight: std::sync::Mutex::new(None),
         })
     }
 
     /// The one connection, dialled on first use (tonic re-dials it after failures).
-    async fn channel(&self) -> Result<tonic::transport::Channel, String> {
+    async fn channel(&self, deadline: Instant) -> Result<tonic::transport::Channel, String> {
         let mut slot = self.channel.lock().await;
         if let Some(channel) = slot.as_ref() {
             return Ok(channel.clone());
         }
-        let channel = tokio::time::timeout(self.timeout, socket::connect(&self.address))
+        let address = self.address.display();
+        let channel = tokio::time::timeout_at(deadline, socket::connect(&self.address))
             .await
-            .map_err(|_| {
-                format!(
-                    "connect to {}: no answer within {:?}",
-                    self.address.display(),
-                    self.timeout
-                )
-            })?
-            .map_err(|e| format!("connect to {}: {e}", self.address.display()))?;
-        self.learn_driver_name(channel.clone()).await;
+            .map_err(|_| format!("connect to {address}: no answer within {:?}", self.timeout))?
+            .map_err(|e| format!("connect to {address}: {e}"))?;
         *slot = Some(channel.clone());
         Ok(channel)
     }
 
-    /// The metrics label; upstream asks once at start.
-    async fn learn_driver_name(&self, channel: tonic::transport::Channel) {
-        let mut client = crate::proto::csi::identity_client::IdentityClient::new(channel);
-        let request = crate::proto::csi::GetPluginInfoRequest {};
-        if let Ok(Ok(info)) =
-            tokio::time::timeout(self.timeout, client.get_plugin_info(request)).await
-        {
-            let name = info.into_inner().name;
-            log::info!("probing CSI driver {name} at {}", self.address.display());
-            *self.driver.lock().unwrap_or_else(|p| p.into_inner()) = name;
+    /// Learns the driver's name for the metrics label (upstream asks once at start) in the
+    /// background, so that no probe waits for it, and asks again while it is unknown.
+    fn learn_driver_name(self: &Arc<Self>, channel: tonic::transport::Channel) {
+        let known = !self
+            .driver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if known || self.learning.swap(true, Ordering::SeqCst) {
+            return;
         }
+        let prober = self.clone();
+        tokio::spawn(async move {
+            let mut client = crate::proto::csi::identity_client::IdentityClient::new(channel);
+            let request = crate::proto::csi::GetPluginInfoRequest {};
+            let asked = tokio::time::timeout(prober.timeout, client.get_plugin_info(request));
+            if let Ok(Ok(info)) = asked.await {
+                let name = info.into_inner().name;
+                log::info!("probing CSI driver {name} at {}", prober.address.display());
+                *prober.driver.lock().unwrap_or_else(|p| p.into_inner()) = name;
+            }
+            prober.learning.store(false, Ordering::SeqCst);
+        });
     }
 
-    async fn probe_now(&self) -> Result<(), String> {
-        let channel = self.channel().await?;
+    /// One probe under one deadline for connecting and calling Probe, as upstream.
+    async fn probe_now(self: &Arc<Self>) -> Result<(), String> {
+        let deadline = Instant::now() + self.timeout;
+        let channel = self.channel(deadline).await?;
+        self.learn_driver_name(channel.clone());
         let driver = self
             .driver
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        check::probe(channel, self.timeout, &driver, Some(&self.metrics)).await
+        let left = deadline.saturating_duration_since(Instant::now());
+        check::probe(channel, left, &driver, Some(&self.metrics)).await
     }
 
     /// Probes the driver; callers arriving while a probe runs share its result.
