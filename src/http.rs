@@ -97,9 +97,11 @@ where
             }
         };
         // Waiting for a free slot before the next accept is the back-pressure.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot,
+            () = shutdown.clone().wait() => return,
         };
+        let Ok(slot) = slot else { return };
         let handler = handler.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -120,12 +122,23 @@ where
     }
 }
 
+/// Where to connect for a listen address: `:port` and the wildcard addresses mean this host.
+fn dial_target(address: &str) -> String {
+    if let Some(port) = address
+        .strip_prefix(':')
+        .or_else(|| address.strip_prefix("0.0.0.0:"))
+    {
+        return format!("127.0.0.1:{port}");
+    }
+    match address.strip_prefix("[::]:") {
+        Some(port) => format!("[::1]:{port}"),
+        None => address.to_owned(),
+    }
+}
+
 /// One GET of `path` on `address` (`host:port`), within `timeout`; returns status and body.
 pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
-    let address = bind_candidates(address)
-        .pop()
-        .unwrap_or_default()
-        .replace("0.0.0.0", "127.0.0.1");
+    let address = dial_target(address);
     let exchange = async {
         let stream = tokio::net::TcpStream::connect(&address)
             .await
@@ -161,6 +174,15 @@ pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses_are_dialled_on_this_host() {
+        assert_eq!(dial_target(":9809"), "127.0.0.1:9809");
+        assert_eq!(dial_target("0.0.0.0:9809"), "127.0.0.1:9809");
+        assert_eq!(dial_target("[::]:9809"), "[::1]:9809");
+        assert_eq!(dial_target("10.0.0.0:9809"), "10.0.0.0:9809");
+        assert_eq!(dial_target("localhost:9809"), "localhost:9809");
+    }
 
     #[test]
     fn a_bare_port_means_every_interface() {
