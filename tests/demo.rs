@@ -39,7 +39,8 @@ fn the_demo_registers_publishes_a_volume_and_leaves_nothing_behind() {
         .expect("the demo names its directory");
     let prefix = std::env::temp_dir().join("csi-nodekit-demo.");
     assert!(root.starts_with(&*prefix.to_string_lossy()), "{root}");
+    // The demo's mounts live in its own mount namespace and vanish with it; the demo itself
+    // refuses to remove its directory while anything is mounted there, so a removed directory
+    // means nothing was left mounted.
     assert!(!std::path::Path::new(root).exists(), "{root} left behind");
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains(root), "mounts left behind under {root}");
 }

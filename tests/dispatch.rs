@@ -55,6 +55,18 @@ fn every_subcommand_answers_version() {
 }
 
 #[test]
+fn every_probe_subcommand_answers_version() {
+    for sub in ["serve", "once", "registration", "kubelet"] {
+        let out = run(&common::binary(), &["probe", sub, "--version"]);
+        assert!(out.status.success(), "{sub}: {out:?}");
+        assert_eq!(
+            text(&out.stdout),
+            format!("csi-nodekit probe {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}
+
+#[test]
 fn the_binary_itself_answers_version() {
     let out = run(&common::binary(), &["--version"]);
     assert!(out.status.success());

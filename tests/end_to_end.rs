@@ -23,14 +23,9 @@ struct Flow {
 
 impl Flow {
     fn new() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         Self {
             dir: tempfile::tempdir().unwrap(),
-            http: format!("127.0.0.1:{port}"),
+            http: common::free_local_address(),
         }
     }
     fn csi(&self) -> PathBuf {

@@ -13,18 +13,9 @@ use common::fake_driver::FakeDriver;
 
 const DRIVER: &str = "fake.csi.example.io";
 
-fn free_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
 /// Starts `livenessprobe` (through a symlink, as the upstream image's entry point) on a free port.
 fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (KillOnDrop, String) {
-    let address = free_address();
+    let address = common::free_local_address();
     let link = common::symlink_as(dir, "livenessprobe");
     let child = Command::new(link)
         .arg(format!("--csi-address={}", csi.display()))
@@ -232,7 +223,7 @@ async fn probe_registration_follows_the_registrars_readyz() {
     let csi = csi_path(dir.path());
     let registry = dir.path().join("registry");
     let _driver = FakeDriver::start(&csi, DRIVER);
-    let http = free_address();
+    let http = common::free_local_address();
     let registrar = Command::new(common::binary())
         .args([
             "registrar",

@@ -54,12 +54,7 @@ impl Setup {
 
     /// Starts the registrar with the argument list real DaemonSets use, plus our HTTP endpoint.
     fn start_registrar(&self, extra: &[&str]) -> (KillOnDrop, String) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let http = format!("127.0.0.1:{port}");
+        let http = common::free_local_address();
         let child = Command::new(common::binary())
             .arg("registrar")
             .args(["--v=2", &format!("--csi-address={}", self.csi.display())])

@@ -41,7 +41,8 @@ impl crate::ModeArgs for Args {
             Some(Command::Serve(args)) => args.version,
             Some(Command::Once(args)) => args.version,
             Some(Command::Registration(args)) => args.version,
-            Some(Command::Kubelet(_)) | None => false,
+            Some(Command::Kubelet(args)) => args.version,
+            None => false,
         };
         self.version || asked_below
     }

@@ -18,6 +18,13 @@ pub fn symlink_as(dir: &Path, name: &str) -> PathBuf {
     link
 }
 
+/// A loopback address with a port that was free a moment ago, for a process under test to
+/// listen on (the small race with other processes is acceptable on a test machine).
+pub fn free_local_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").to_string()
+}
+
 /// Polls `check` every 20 ms until it is true or `limit` passes.
 pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -77,7 +84,7 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
-pub mod fake_driver;
 pub mod csi_node;
+pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;

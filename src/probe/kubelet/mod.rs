@@ -59,6 +59,9 @@ pub struct Args {
     /// log format: text or json
     #[argh(option, default = "logging::Format::Text")]
     pub logging_format: logging::Format,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
 }
 
 /// What the emulated kubelet needs to know.
