@@ -122,3 +122,21 @@ fn help_goes_to_stdout_and_succeeds() {
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("--endpoint"));
 }
+
+#[test]
+fn a_bad_socket_mode_is_a_bad_flag_in_every_mode_that_binds() {
+    let modes: [&[&str]; 2] = [
+        &["node-server"],
+        &["registrar", "--kubelet-registration-path=/x"],
+    ];
+    for words in modes {
+        let mode = words[0];
+        let out = run(&common::binary(), &[words, &["--socket-mode=rwx"]].concat());
+        assert_eq!(out.status.code(), Some(2), "{mode}: {out:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("--socket-mode") && err.contains("rwx"),
+            "{mode}: {err}"
+        );
+    }
+}

@@ -68,8 +68,8 @@ pub struct Args {
     #[argh(option, default = "PathBuf::from(\"/var/lib/csi-nodekit\")")]
     pub state_dir: PathBuf,
     /// file mode of the CSI socket, octal
-    #[argh(option, default = "String::from(\"0660\")")]
-    pub socket_mode: String,
+    #[argh(option, default = "socket::SocketMode(0o660)")]
+    pub socket_mode: socket::SocketMode,
     /// numeric group ID to own the CSI socket
     #[argh(option)]
     pub socket_group: Option<u32>,
@@ -241,7 +241,7 @@ fn default_node_id() -> Result<String, BoxError> {
 pub fn run(args: Args) -> Result<(), BoxError> {
     let path = socket::parse_address(&args.endpoint)?;
     let perms = socket::Permissions {
-        mode: socket::parse_mode(&args.socket_mode)?,
+        mode: args.socket_mode.0,
         gid: args.socket_group,
     };
     let capacity = match &args.capacity {

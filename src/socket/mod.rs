@@ -111,7 +111,7 @@ pub struct Permissions {
 }
 
 /// Parses an octal mode as given to `--socket-mode` ("0660", "660", "0o660").
-pub fn parse_mode(text: &str) -> Result<u32, String> {
+fn parse_mode(text: &str) -> Result<u32, String> {
     let digits = text.strip_prefix("0o").unwrap_or(text);
     match u32::from_str_radix(digits, 8) {
         Ok(mode) if mode <= 0o7777 => Ok(mode),
