@@ -96,6 +96,12 @@ async fn kubelet(socket: &Path) -> RegistrationClient<tonic::transport::Channel>
     )
 }
 
+/// The kubelet's first call: GetInfo on the registration socket.
+async fn get_info(socket: &Path) -> csi_nodekit::proto::registration::PluginInfo {
+    let reply = kubelet(socket).await.get_info(InfoRequest {}).await;
+    reply.expect("GetInfo").into_inner()
+}
+
 async fn notify(socket: &Path, registered: bool, error: &str) {
     let status = RegistrationStatus {
         plugin_registered: registered,
@@ -129,18 +135,8 @@ async fn http(address: &str, path: &str) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_info_returns_the_driver_name_endpoint_and_version_on_a_0700_socket() {
     let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let (_registrar, _) = setup.start_registrar(&[]);
-    assert!(
-        wait_for(WAIT, || is_socket(&setup.reg_socket())).await,
-        "no registration socket"
-    );
-    let info = kubelet(&setup.reg_socket())
-        .await
-        .get_info(InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let (_driver, _registrar, _) = setup.running().await;
+    let info = get_info(&setup.reg_socket()).await;
     assert_eq!(info.r#type, "CSIPlugin");
     assert_eq!(info.name, DRIVER);
     assert_eq!(info.endpoint, HOST_PATH);
@@ -247,12 +243,7 @@ async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
         wait_for(Duration::from_secs(3), || is_socket(&setup.reg_socket())).await,
         "not healed"
     );
-    let info = kubelet(&setup.reg_socket())
-        .await
-        .get_info(InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let info = get_info(&setup.reg_socket()).await;
     assert_eq!(info.name, DRIVER);
 }
 

@@ -33,14 +33,7 @@ pub struct Args {
     pub version: bool,
 }
 
-impl crate::ModeArgs for Args {
-    fn version(&self) -> bool {
-        self.version
-    }
-    fn logging(&self) -> (u8, logging::Format) {
-        (self.v, self.logging_format)
-    }
-}
+crate::mode_args!(Args);
 
 /// The demo's directory layout, laid out as on a real node.
 pub struct Layout {

@@ -84,14 +84,7 @@ pub struct Args {
     pub version: bool,
 }
 
-impl crate::ModeArgs for Args {
-    fn version(&self) -> bool {
-        self.version
-    }
-    fn logging(&self) -> (u8, logging::Format) {
-        (self.v, self.logging_format)
-    }
-}
+crate::mode_args!(Args);
 
 /// What the plugin is, independent of how it is started.
 #[derive(Debug, Clone)]

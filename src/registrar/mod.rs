@@ -71,14 +71,7 @@ pub struct Args {
     pub version: bool,
 }
 
-impl crate::ModeArgs for Args {
-    fn version(&self) -> bool {
-        self.version
-    }
-    fn logging(&self) -> (u8, logging::Format) {
-        (self.v, self.logging_format)
-    }
-}
+crate::mode_args!(Args);
 
 /// The registration socket path for a driver.
 fn registration_socket(dir: &std::path::Path, driver: &str) -> PathBuf {
