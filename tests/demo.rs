@@ -1,6 +1,6 @@
 //! The README's "run it" command: the demo runs the whole flow and leaves nothing behind.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

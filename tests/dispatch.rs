@@ -1,6 +1,6 @@
 //! Mode dispatch and flag errors, through the real binary and symlinks to it.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -1,7 +1,7 @@
 //! The whole registration flow with three real processes and no cluster: `node-server` (the
 //! driver), `registrar`, and `probe kubelet` playing the kubelet, all in one temp dir.
 
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Logging as an operator sees it: quiet by default, klog-like text, or one JSON object a line.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! calls on other volumes go ahead in parallel. A gate in the mounter holds one bind mount
 //! open for as long as the test wants, so nothing here depends on timing.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

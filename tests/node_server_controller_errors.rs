@@ -2,7 +2,7 @@
 //! (and csi-sanity) expects them: missing and malformed fields, unknown volumes, incompatible
 //! repeats, capacity, pagination; and bad flags of the binary.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

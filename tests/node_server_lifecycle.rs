@@ -3,7 +3,7 @@
 //! expand → unpublish → unstage → delete; every call repeated; a restart in the middle;
 //! ephemeral inline volumes; and the real binary.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;

@@ -2,7 +2,7 @@
 //! lookups, unknown volumes, ordering (publish before stage), incompatible repeats, deleting
 //! a mounted volume, and path traversal.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -14,7 +14,7 @@
 //! cloning, ControllerPublish and the "volume lifecycle" built on it, ControllerGetVolume,
 //! ModifyVolume, group snapshots, and block access (`--csi.testvolumeaccesstype=block`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! `probe serve` (livenessprobe), `probe once` and `probe registration` as real processes
 //! against a real CSI driver socket.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

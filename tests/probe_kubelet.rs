@@ -1,7 +1,7 @@
 //! The kubelet emulator in process, against real registration and CSI sockets: what it
 //! registers, what it writes, and what it tells the plugins it refuses.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

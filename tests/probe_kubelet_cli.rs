@@ -1,7 +1,7 @@
 //! `csi-nodekit probe kubelet` as a real process: the `--once` report and exit codes, and the
 //! events it prints while it watches.
 
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 use std::path::Path;

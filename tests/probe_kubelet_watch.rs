@@ -1,7 +1,7 @@
 //! The kubelet emulator in process, watching: which files it ignores, how it follows sockets
 //! that go and come back, and when it tries a refused plugin again.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The registrar as a real process, between a real CSI driver socket and a kubelet-side client
 //! speaking the registration API over its real registration socket.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

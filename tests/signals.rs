@@ -1,7 +1,7 @@
 //! Real processes and real signals: a graceful stop leaves nothing behind, a second signal
 //! does not wait for stuck calls.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

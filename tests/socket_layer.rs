@@ -1,6 +1,6 @@
 //! The shared socket layer against real files and real sockets in a temp dir.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};

@@ -1,0 +1,28 @@
+//! The integration tests, as one test crate: each module below was its own crate once, and
+//! linking tonic and hyper into twenty binaries cost more than running them. `common` holds the
+//! helpers they share (the real binary, fake drivers and plugins, the mount sandbox).
+//!
+//! Tests that need root, mounts or a tool say so with `#[ignore = "needs …"]`; the README's
+//! test command runs them too (`-- --include-ignored`).
+
+mod common;
+
+mod demo;
+mod dispatch;
+mod end_to_end;
+mod logging;
+mod node_server_concurrency;
+mod node_server_controller_errors;
+mod node_server_lifecycle;
+mod node_server_node_errors;
+mod node_server_sanity;
+mod packaging_image;
+mod packaging_manifests;
+mod probe;
+mod probe_kubelet;
+mod probe_kubelet_cli;
+mod probe_kubelet_watch;
+mod proto_paths;
+mod registrar;
+mod signals;
+mod socket_layer;
