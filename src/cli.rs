@@ -115,15 +115,6 @@ pub fn dispatch(argv: &[String]) -> Dispatch {
 #[derive(Debug, PartialEq, Eq)]
 pub struct FlagError(pub String);
 
-/// Go's `strconv.ParseBool`, which is what `--flag=value` means for a Go boolean flag.
-fn parse_go_bool(value: &str) -> Option<bool> {
-    match value {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// What a command line says about one flag; as with Go's flag package, the last setting wins.
 enum Setting {
     Value(String),
@@ -190,7 +181,7 @@ pub fn normalize_flags(args: &[String], switches: &[&str]) -> Result<Vec<String>
         }
         let name = if name == "h" { "help" } else { name };
         let setting = if name == "help" || switches.contains(&name) {
-            match value.map(|v| (v, parse_go_bool(v))) {
+            match value.map(|v| (v, crate::gocompat::parse_bool(v))) {
                 None | Some((_, Some(true))) => Setting::On,
                 Some((_, Some(false))) => Setting::Off,
                 Some((v, None)) => {

@@ -3,10 +3,18 @@
 /// The longest driver name the CSI spec allows.
 pub const MAX_LEN: usize = 63;
 
+/// A driver name the CSI naming rules refuse, and which rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("driver name {name:?} {problem} (CSI naming rules)")]
+pub struct InvalidDriverName {
+    pub name: String,
+    pub problem: &'static str,
+}
+
 /// Checks a driver name against the CSI spec: at most 63 characters, alphanumerics, `-` and `.`,
 /// beginning and ending with an alphanumeric (domain-name style). Anything else could, among
 /// other harm, put a registration socket outside its directory (`../x`).
-pub fn validate(name: &str) -> Result<(), String> {
+pub fn validate(name: &str) -> Result<(), InvalidDriverName> {
     let problem = if name.is_empty() {
         Some("is empty")
     } else if name.len() > MAX_LEN {
@@ -24,7 +32,10 @@ pub fn validate(name: &str) -> Result<(), String> {
         None
     };
     match problem {
-        Some(problem) => Err(format!("driver name {name:?} {problem} (CSI naming rules)")),
+        Some(problem) => Err(InvalidDriverName {
+            name: name.to_owned(),
+            problem,
+        }),
         None => Ok(()),
     }
 }
@@ -55,6 +66,11 @@ mod tests {
         ] {
             assert!(validate(bad).is_err(), "{bad:?} accepted");
         }
-        assert!(validate("../evil").unwrap_err().contains("\"../evil\""));
+        assert!(
+            validate("../evil")
+                .unwrap_err()
+                .to_string()
+                .contains("\"../evil\"")
+        );
     }
 }

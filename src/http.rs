@@ -21,6 +21,34 @@ use crate::shutdown::Shutdown;
 const MAX_CONNECTIONS: usize = 64;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a listener could not be bound or a GET got no answer; each names the address.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("invalid HTTP endpoint {0:?}")]
+    InvalidEndpoint(String),
+    #[error("listen on {endpoint}: {source}")]
+    Bind {
+        endpoint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("connect to {address}: {source}")]
+    Connect {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{step} with {address}: {source}")]
+    Exchange {
+        step: &'static str,
+        address: String,
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("no answer from {address} within {timeout:?}")]
+    TimedOut { address: String, timeout: Duration },
+}
+
 /// One HTTP answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
@@ -65,12 +93,17 @@ fn bind_candidates(endpoint: &str) -> Vec<String> {
 }
 
 /// Binds the HTTP listener for `endpoint` (`:9808`, `0.0.0.0:9808`, `[::1]:9808`, `localhost:9808`).
-pub async fn bind(endpoint: &str) -> Result<TcpListener, String> {
-    let mut last_error = format!("invalid HTTP endpoint {endpoint:?}");
+pub async fn bind(endpoint: &str) -> Result<TcpListener, HttpError> {
+    let mut last_error = HttpError::InvalidEndpoint(endpoint.to_owned());
     for candidate in bind_candidates(endpoint) {
         match TcpListener::bind(&candidate).await {
             Ok(listener) => return Ok(listener),
-            Err(e) => last_error = format!("listen on {endpoint}: {e}"),
+            Err(source) => {
+                last_error = HttpError::Bind {
+                    endpoint: endpoint.to_owned(),
+                    source,
+                }
+            }
         }
     }
     Err(last_error)
@@ -137,38 +170,53 @@ fn dial_target(address: &str) -> String {
 }
 
 /// One GET of `path` on `address` (`host:port`), within `timeout`; returns status and body.
-pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, String), HttpError> {
     let address = dial_target(address);
-    let exchange = async {
+    let exchange = |step| {
+        let address = address.clone();
+        move |source| HttpError::Exchange {
+            step,
+            address,
+            source,
+        }
+    };
+    let conversation = async {
         let stream = tokio::net::TcpStream::connect(&address)
             .await
-            .map_err(|e| format!("connect to {address}: {e}"))?;
+            .map_err(|source| HttpError::Connect {
+                address: address.clone(),
+                source,
+            })?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| format!("HTTP handshake with {address}: {e}"))?;
+            .map_err(exchange("HTTP handshake"))?;
         tokio::spawn(connection);
-        let request = hyper::Request::get(path)
-            .header(hyper::header::HOST, address.as_str())
-            .body(http_body_util::Empty::<Bytes>::new())
-            .map_err(|e| format!("build request for {path}: {e}"))?;
+        // A path and a host from a socket address always make a valid request.
+        let mut request = hyper::Request::new(http_body_util::Empty::<Bytes>::new());
+        *request.uri_mut() = path
+            .parse()
+            .unwrap_or_else(|_| hyper::Uri::from_static("/"));
+        if let Ok(host) = hyper::header::HeaderValue::from_str(&address) {
+            request.headers_mut().insert(hyper::header::HOST, host);
+        }
         let response = sender
             .send_request(request)
             .await
-            .map_err(|e| format!("GET {path} from {address}: {e}"))?;
+            .map_err(exchange("GET"))?;
         let status = response.status().as_u16();
         let body = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("read reply from {address}: {e}"))?;
+            .map_err(exchange("read reply"))?;
         Ok((
             status,
             String::from_utf8_lossy(&body.to_bytes()).into_owned(),
         ))
     };
-    tokio::time::timeout(timeout, exchange)
+    tokio::time::timeout(timeout, conversation)
         .await
-        .unwrap_or_else(|_| Err(format!("no answer from {address} within {timeout:?}")))
+        .unwrap_or_else(|_| Err(HttpError::TimedOut { address, timeout }))
 }
 
 #[cfg(test)]

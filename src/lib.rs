@@ -28,10 +28,11 @@
 //! mounts), `benches/` + `examples/` (benchmarks that print figures), `scripts/` (static build,
 //! image, demo, benchmarks), `packaging/` (Containerfile, Kubernetes manifests).
 
+pub mod backoff;
 pub mod cli;
 pub mod demo;
 pub mod driver_name;
-pub mod duration;
+pub mod gocompat;
 pub mod http;
 pub mod logging;
 pub mod metrics;
@@ -39,24 +40,34 @@ pub mod node_server;
 pub mod probe;
 pub mod proto;
 pub mod registrar;
+pub mod runtime;
 pub mod shutdown;
 pub mod socket;
 
 /// The error type mode entry points return; `main` prints it and exits 1.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A usage mistake found after flag parsing (a missing subcommand, flags that exclude each
-/// other); `main` reports it like a bad flag, with exit code 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// The text of an error's deepest cause. Our own errors say what failed at every level; foreign
+/// ones sometimes do not (tonic's "transport error" keeps the reason in its sources).
+pub fn deepest_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    while let Some(next) = cause.source() {
+        cause = next;
     }
+    cause.to_string()
 }
 
-impl std::error::Error for UsageError {}
+/// A usage mistake found after flag parsing (a missing subcommand, flags that exclude each
+/// other, a value the mode cannot use); `main` reports it like a bad flag, with exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct UsageError(pub BoxError);
+
+impl UsageError {
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+}
 
 /// Implements [`ModeArgs`] for an argument struct with the usual `v`, `logging_format` and
 /// `version` fields (argh cannot share fields between structs, so each mode declares them).

@@ -17,15 +17,18 @@ pub enum Format {
     Json,
 }
 
+/// A `--logging-format` we do not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown logging format {0:?}: expected text or json")]
+pub struct UnknownFormat(pub String);
+
 impl std::str::FromStr for Format {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownFormat;
+    fn from_str(text: &str) -> Result<Self, UnknownFormat> {
         match text {
             "text" | "" => Ok(Self::Text),
             "json" => Ok(Self::Json),
-            other => Err(format!(
-                "unknown logging format {other:?}: expected text or json"
-            )),
+            other => Err(UnknownFormat(other.to_owned())),
         }
     }
 }
@@ -125,6 +128,12 @@ mod tests {
     fn formats_parse_and_unknown_ones_are_named() {
         assert_eq!("json".parse::<Format>(), Ok(Format::Json));
         assert_eq!("text".parse::<Format>(), Ok(Format::Text));
-        assert!("xml".parse::<Format>().unwrap_err().contains("\"xml\""));
+        assert!(
+            "xml"
+                .parse::<Format>()
+                .unwrap_err()
+                .to_string()
+                .contains("\"xml\"")
+        );
     }
 }

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Dispatch::Run(invocation) => match invocation.mode {
-            Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::run),
+            Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::main),
             Mode::Probe => run_mode(&invocation.program, &invocation.args, probe::run),
             Mode::Demo => run_mode(&invocation.program, &invocation.args, demo::run),
             Mode::Registrar => run_mode(&invocation.program, &invocation.args, registrar::run),

@@ -75,7 +75,7 @@ impl Metrics {
         let labels = OperationLabels {
             driver_name: driver.to_owned(),
             method_name: method.to_owned(),
-            grpc_status_code: go_code_name(code).to_owned(),
+            grpc_status_code: crate::gocompat::code_name(code).to_owned(),
         };
         self.operations
             .get_or_create(&labels)
@@ -89,31 +89,6 @@ impl Metrics {
             log::warn!("encode metrics: {e}");
         }
         text
-    }
-}
-
-/// gRPC status codes as Go spells them (`codes.Code.String()`), which is what upstream puts in
-/// the `grpc_status_code` label.
-pub fn go_code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "Canceled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
     }
 }
 

@@ -157,18 +157,7 @@ async fn dial_waits_for_a_socket_that_appears_late() {
     let late = path.clone();
     let server = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let (listener, guard) = socket::bind_tokio(&late, PERMS).unwrap();
-        let stream = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let (_trigger, shutdown) = csi_nodekit::shutdown::Shutdown::manual();
-        let identity = csi_nodekit::node_server::IdentityService {
-            driver_name: "late.example.io".into(),
-            state_dir: std::env::temp_dir(),
-        };
-        let _guard = guard;
-        tonic::transport::Server::builder()
-            .add_service(csi_nodekit::proto::csi::identity_server::IdentityServer::new(identity))
-            .serve_with_incoming_shutdown(stream, shutdown.wait())
-            .await
+        common::fake_driver::FakeDriver::start(&late, "late.example.io")
     });
     let channel = socket::dial(
         &path,
@@ -177,13 +166,13 @@ async fn dial_waits_for_a_socket_that_appears_late() {
     )
     .await
     .unwrap();
+    let _driver = server.await.unwrap();
     let mut client = csi_nodekit::proto::csi::identity_client::IdentityClient::new(channel);
     let info = client
         .get_plugin_info(csi_nodekit::proto::csi::GetPluginInfoRequest {})
         .await
         .unwrap();
     assert_eq!(info.into_inner().name, "late.example.io");
-    server.abort();
 }
 
 #[tokio::test]

@@ -104,7 +104,7 @@ impl Child {
         }
         match crate::http::get(http, "/readyz", Duration::from_secs(2)).await {
             Ok((code, body)) => format!("{code} {body}"),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 

@@ -10,10 +10,19 @@ use std::path::Path;
 /// The size of a volume created without any size asked for.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
 
+/// A size that is not a byte count we can use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("invalid size {0:?}: expected bytes such as 10Gi, 500M or 1073741824")]
+    Malformed(String),
+    #[error("size {0:?} is too large")]
+    TooLarge(String),
+}
+
 /// Parses a byte count, with an optional Kubernetes-style suffix: `Ki Mi Gi Ti Pi Ei`
 /// (powers of 1024) or `k M G T P E` (powers of 1000).
-pub fn parse_quantity(text: &str) -> Result<u64, String> {
-    let bad = || format!("invalid size {text:?}: expected bytes such as 10Gi, 500M or 1073741824");
+pub fn parse_quantity(text: &str) -> Result<u64, QuantityError> {
+    let bad = || QuantityError::Malformed(text.to_owned());
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
@@ -38,7 +47,7 @@ pub fn parse_quantity(text: &str) -> Result<u64, String> {
     number
         .checked_mul(multiplier)
         .filter(|&n| i64::try_from(n).is_ok())
-        .ok_or_else(|| format!("size {text:?} is too large"))
+        .ok_or_else(|| QuantityError::TooLarge(text.to_owned()))
 }
 
 /// The size to give a new volume for a (required, limit) range, zero meaning unbounded.
@@ -76,6 +85,10 @@ mod tests {
     #[test]
     fn quantities_parse_with_binary_and_decimal_suffixes() {
         assert_eq!(parse_quantity("1073741824"), Ok(1 << 30));
+        assert_eq!(
+            parse_quantity("9Ei"),
+            Err(QuantityError::TooLarge("9Ei".into()))
+        );
         assert_eq!(parse_quantity("10Gi"), Ok(10 << 30));
         assert_eq!(parse_quantity("500M"), Ok(500_000_000));
         assert_eq!(parse_quantity("1k"), Ok(1000));
@@ -85,7 +98,7 @@ mod tests {
     #[test]
     fn malformed_or_overflowing_quantities_are_refused_by_name() {
         for bad in ["", "Gi", "10 Gi", "10gb", "-1", "1.5Gi", "9Ei"] {
-            let err = parse_quantity(bad).unwrap_err();
+            let err = parse_quantity(bad).unwrap_err().to_string();
             assert!(err.contains(&format!("{bad:?}")), "{bad:?}: {err}");
         }
     }

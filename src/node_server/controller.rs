@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
+use super::driver::Driver;
+use super::error::ControllerError;
 use super::validate::{self, decode_token, encode_token, volume_id_problem};
-use super::volumes::Record;
-use super::{Driver, blocking, capacity};
+use super::volumes::VolumeError as V;
 use crate::proto::csi::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
@@ -20,24 +21,35 @@ use crate::proto::csi::{
     DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest, GetCapacityResponse,
     GetSnapshotRequest, GetSnapshotResponse, ListSnapshotsRequest, ListSnapshotsResponse,
     ListVolumesRequest, ListVolumesResponse, ValidateVolumeCapabilitiesRequest,
-    ValidateVolumeCapabilitiesResponse, Volume, controller_server::Controller,
+    ValidateVolumeCapabilitiesResponse, controller_server::Controller,
     controller_service_capability, list_volumes_response,
     validate_volume_capabilities_response::Confirmed,
 };
 
-pub struct ControllerService(pub(crate) Arc<Driver>);
+pub struct ControllerService(pub(super) Arc<Driver>);
 
-impl Driver {
-    /// A record as the CO sees it: pinned to this node.
-    fn volume(&self, record: &Record) -> Volume {
-        Volume {
-            capacity_bytes: i64::try_from(record.capacity).unwrap_or(i64::MAX),
-            volume_id: record.id.clone(),
-            volume_context: Default::default(),
-            content_source: None,
-            accessible_topology: vec![self.topology()],
+/// The gRPC code of every failure of a Controller call, as the CSI spec's error tables for
+/// CreateVolume, DeleteVolume, ControllerExpandVolume and GetCapacity name them. (Malformed
+/// requests are refused earlier, by `validate`, with INVALID_ARGUMENT.)
+fn status(error: ControllerError) -> Status {
+    use ControllerError as E;
+    let code = match &error {
+        E::Volume(V::NotFound { .. }) => Code::NotFound,
+        // "Volume already exists but is incompatible".
+        E::NameTaken { .. } => Code::AlreadyExists,
+        // DeleteVolume of a volume that is still mounted.
+        E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
+        // "Operation pending for volume".
+        E::Volume(V::Busy { .. }) => Code::Aborted,
+        // "Unable to provision in `accessible_topology`" / out of capacity.
+        E::Volume(V::NoSpace { .. }) => Code::ResourceExhausted,
+        // "Unsupported capacity" on expansion.
+        E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } => Code::OutOfRange,
+        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_)) | E::Mount(_) | E::Worker(_) => {
+            Code::Internal
         }
-    }
+    };
+    Status::new(code, error.to_string())
 }
 
 fn rpc(kind: controller_service_capability::rpc::Type) -> ControllerServiceCapability {
@@ -81,7 +93,7 @@ impl Controller for ControllerService {
                 "volume_content_source is not supported: no snapshots or clones",
             ));
         }
-        let driver = Arc::clone(&self.0);
+        let driver = &self.0;
         if let Some(wanted) = &req.accessibility_requirements
             && !wanted.requisite.is_empty()
             && !wanted.requisite.iter().any(|t| driver.matches(t))
@@ -92,29 +104,9 @@ impl Controller for ControllerService {
             )));
         }
         // Names may contain anything; "name/" keys cannot collide with volume IDs.
-        let busy = driver.volumes.lock(&format!("name/{name}"))?;
-        let volume = blocking(move || {
-            let _busy = busy;
-            let record = match driver.volumes.find_name(&name) {
-                Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
-                    existing
-                }
-                Some(existing) => {
-                    return Err(Status::already_exists(format!(
-                        "volume {name:?} exists with {} bytes, outside the range asked for",
-                        existing.capacity
-                    )));
-                }
-                None => driver.volumes.create(Record {
-                    id: driver.volumes.new_id(),
-                    name,
-                    capacity: capacity::choose_size(required, limit),
-                    ephemeral: false,
-                })?,
-            };
-            Ok(driver.volume(&record))
-        })
-        .await?;
+        let key = format!("name/{name}");
+        let work = move |d: &Driver| Ok(d.volume(&d.create(&name, required, limit)?));
+        let volume = driver.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
         }))
@@ -131,17 +123,9 @@ impl Controller for ControllerService {
         if volume_id_problem(&id).is_some() {
             return Ok(Response::new(DeleteVolumeResponse {}));
         }
-        let driver = Arc::clone(&self.0);
-        let busy = driver.volumes.lock(&id)?;
-        blocking(move || {
-            let _busy = busy;
-            if driver.volumes.get(&id).is_none() {
-                return Ok(());
-            }
-            let table = driver.mounter.mount_table()?;
-            driver.volumes.delete(&id, &table)
-        })
-        .await?;
+        let key = id.clone();
+        let work = move |d: &Driver| d.delete(&id);
+        self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(DeleteVolumeResponse {}))
     }
 
@@ -153,7 +137,7 @@ impl Controller for ControllerService {
         let id = validate::required("volume_id", &req.volume_id)?;
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
-        self.0.volumes.known(id)?;
+        self.0.volumes.known(id).map_err(|e| status(e.into()))?;
         let reply = match no_block(&caps) {
             Ok(()) => ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(Confirmed {
@@ -209,8 +193,8 @@ impl Controller for ControllerService {
                 .as_ref()
                 .is_none_or(|t| self.0.matches(t));
         let available = if usable {
-            let driver = Arc::clone(&self.0);
-            blocking(move || driver.volumes.available()).await?
+            let work = |d: &Driver| Ok(d.volumes.available()?);
+            self.0.unlocked(work).await.map_err(status)?
         } else {
             0
         };
@@ -257,23 +241,9 @@ impl Controller for ControllerService {
             no_block(&[validate::capability(Some(cap))?])?;
         }
         log::trace!("ControllerExpandVolume volume={id} required={required} limit={limit}");
-        let driver = Arc::clone(&self.0);
-        let busy = driver.volumes.lock(&id)?;
-        let capacity = blocking(move || {
-            let _busy = busy;
-            let record = driver.volumes.known(&id)?;
-            if limit > 0 && record.capacity > limit {
-                return Err(Status::out_of_range(format!(
-                    "volume {id} has {} bytes and cannot shrink to {limit}",
-                    record.capacity
-                )));
-            }
-            if required <= record.capacity {
-                return Ok(record.capacity);
-            }
-            Ok(driver.volumes.resize(&id, required)?.capacity)
-        })
-        .await?;
+        let key = id.clone();
+        let work = move |d: &Driver| d.expand(&id, required, limit);
+        let capacity = self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
             // A directory has no filesystem to grow on the node.

@@ -1,34 +1,78 @@
-//! The one error type for failed filesystem and mount operations: it names the operation
-//! and the path, and becomes an INTERNAL status at the gRPC boundary.
+//! What each service's operations can fail with, in the domain's words. The handlers map these
+//! to gRPC codes in one table per service (`node::status`, `controller::status`), next to the
+//! calls, so the code of every failure can be checked against the CSI spec in one place.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-#[derive(Debug)]
-pub struct PathError {
-    pub op: &'static str,
-    pub path: PathBuf,
-    pub source: std::io::Error,
+use super::capacity::QuantityError;
+use super::mount::MountError;
+use super::publish::PublishError;
+use super::volumes::VolumeError;
+
+/// Blocking work that never reported back (it panicked or was cancelled).
+#[derive(Debug, thiserror::Error)]
+#[error("worker failed: {0}")]
+pub struct WorkerError(#[from] pub tokio::task::JoinError);
+
+/// A failed Node service operation.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    #[error(
+        "{field} {} overlaps the state directory {}",
+        path.display(),
+        state_dir.display()
+    )]
+    OverlapsState {
+        field: &'static str,
+        path: PathBuf,
+        state_dir: PathBuf,
+    },
+    #[error("the parent directory of {field} does not exist")]
+    MissingParent { field: &'static str },
+    /// A stats or expand path that is not there: the volume is not there, as the spec words it.
+    #[error("{field} {value:?} does not exist")]
+    PathNotFound { field: &'static str, value: String },
+    #[error("volume {id} does not exist, and {field} {} is mounted", path.display())]
+    UnknownButMounted {
+        id: String,
+        field: &'static str,
+        path: PathBuf,
+    },
+    #[error("volume {id} exists and is not an ephemeral volume")]
+    NotEphemeral { id: String },
+    #[error(transparent)]
+    EphemeralSize(QuantityError),
+    #[error("statistics of {}: {source}", dir.display())]
+    Stats {
+        dir: PathBuf,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
 }
 
-impl std::fmt::Display for PathError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.op, self.path.display(), self.source)
-    }
-}
-
-impl std::error::Error for PathError {}
-
-impl From<PathError> for tonic::Status {
-    fn from(e: PathError) -> Self {
-        tonic::Status::internal(e.to_string())
-    }
-}
-
-/// `map_err(at("remove", path))`: wraps an I/O error with its operation and path.
-pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PathError + 'a {
-    move |source| PathError {
-        op,
-        path: path.to_owned(),
-        source,
-    }
+/// A failed Controller service operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error("volume {name:?} exists with {capacity} bytes, outside the range asked for")]
+    NameTaken { name: String, capacity: u64 },
+    #[error("volume {id} has {capacity} bytes and cannot shrink to {limit}")]
+    WouldShrink {
+        id: String,
+        capacity: u64,
+        limit: u64,
+    },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
 }

@@ -1,6 +1,10 @@
 //! The CSI Identity service: who we are, what we can do, and whether we are ready.
 
+use std::sync::Arc;
+
 use tonic::{Request, Response, Status};
+
+use super::driver::Driver;
 
 use crate::proto::csi::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
@@ -8,13 +12,8 @@ use crate::proto::csi::{
     identity_server::Identity, plugin_capability,
 };
 
-/// Answers Identity calls for one driver.
-#[derive(Debug, Clone)]
-pub struct IdentityService {
-    pub driver_name: String,
-    /// Readiness: the state directory must be usable for any volume call to succeed.
-    pub state_dir: std::path::PathBuf,
-}
+/// Answers Identity calls for the driver.
+pub struct IdentityService(pub(super) Arc<Driver>);
 
 fn service_capability(kind: plugin_capability::service::Type) -> PluginCapability {
     PluginCapability {
@@ -26,14 +25,9 @@ fn service_capability(kind: plugin_capability::service::Type) -> PluginCapabilit
     }
 }
 
-/// Ready when the state directory exists and we may write to it.
-fn readiness(state_dir: &std::path::Path) -> Result<(), String> {
-    nix::unistd::access(state_dir, nix::unistd::AccessFlags::W_OK).map_err(|e| {
-        format!(
-            "state directory {} is not writable: {e}",
-            state_dir.display()
-        )
-    })
+/// Ready when the state directory exists and we may write to it: every volume call needs it.
+fn readiness(state_dir: &std::path::Path) -> nix::Result<()> {
+    nix::unistd::access(state_dir, nix::unistd::AccessFlags::W_OK)
 }
 
 #[tonic::async_trait]
@@ -44,7 +38,7 @@ impl Identity for IdentityService {
     ) -> Result<Response<GetPluginInfoResponse>, Status> {
         log::trace!("GetPluginInfo");
         Ok(Response::new(GetPluginInfoResponse {
-            name: self.driver_name.clone(),
+            name: self.0.config.driver_name.clone(),
             vendor_version: crate::cli::VERSION.to_owned(),
             manifest: Default::default(),
         }))
@@ -72,10 +66,14 @@ impl Identity for IdentityService {
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        let ready = match readiness(&self.state_dir) {
+        let state_dir = &self.0.config.state_dir;
+        let ready = match readiness(state_dir) {
             Ok(()) => true,
-            Err(why) => {
-                log::warn!("not ready: {why}");
+            Err(e) => {
+                log::warn!(
+                    "not ready: state directory {} is not writable: {e}",
+                    state_dir.display()
+                );
                 false
             }
         };

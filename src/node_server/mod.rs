@@ -2,18 +2,24 @@
 //! local volumes) on one Unix socket; volumes are directories under `--state-dir`, published
 //! with real bind mounts.
 //!
-//! - [`identity`], [`node`], [`controller`] — one file per CSI service (validate → act →
-//!   respond).
+//! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`].
+//! - `driver` — the plugin's state and every operation the services perform; the one way to
+//!   run a locked blocking operation.
+//! - [`identity`], `node`, `controller` — one file per CSI service (validate → act → respond),
+//!   each with the table that maps its failures to gRPC codes.
+//! - [`error`] — what each service's operations can fail with.
 //! - [`validate`] — request checks with the exact gRPC codes.
 //! - [`volumes`] + `store` — volume records, persistence, capacity, per-volume locks.
 //! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table.
 //! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
+//! - [`capacity`], `ephemeral` — sizes, and inline volumes that live from publish to unpublish.
 
 pub mod capacity;
 mod controller;
+mod driver;
 mod ephemeral;
 pub mod error;
-mod identity;
+pub mod identity;
 pub mod mount;
 pub mod mountinfo;
 mod node;
@@ -27,15 +33,15 @@ use std::sync::Arc;
 
 use argh::{ArgsInfo, FromArgs};
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::Status;
 
-pub use identity::IdentityService;
+pub use driver::OpenError;
 pub use mount::{LinuxMounter, Mounter};
 
-use crate::proto::csi::Topology;
+use crate::driver_name::InvalidDriverName;
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
 use crate::proto::csi::node_server::NodeServer;
+use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
 use crate::{BoxError, UsageError, logging, socket};
 
@@ -97,6 +103,17 @@ pub struct Config {
     pub capacity: Option<u64>,
 }
 
+/// A configuration the CSI spec does not allow.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    DriverName(#[from] InvalidDriverName),
+    #[error("node ID {0:?} must be 1 to {MAX_NODE_ID} bytes")]
+    NodeId(String),
+    #[error("--max-volumes-per-node may not be negative")]
+    NegativeVolumeLimit,
+}
+
 impl Config {
     pub fn new(driver_name: &str, node_id: &str, state_dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -109,113 +126,74 @@ impl Config {
     }
 
     /// Checks what the CSI spec constrains.
-    fn check(&self) -> Result<(), UsageError> {
-        crate::driver_name::validate(&self.driver_name).map_err(UsageError)?;
+    fn check(&self) -> Result<(), ConfigError> {
+        crate::driver_name::validate(&self.driver_name)?;
         if self.node_id.is_empty() || self.node_id.len() > MAX_NODE_ID {
-            return Err(UsageError(format!(
-                "node ID {:?} must be 1 to {MAX_NODE_ID} bytes",
-                self.node_id
-            )));
+            return Err(ConfigError::NodeId(self.node_id.clone()));
         }
         if self.max_volumes_per_node < 0 {
-            return Err(UsageError(
-                "--max-volumes-per-node may not be negative".into(),
-            ));
+            return Err(ConfigError::NegativeVolumeLimit);
         }
         Ok(())
     }
 }
 
-/// State shared by the Node and Controller services.
-pub(crate) struct Driver {
-    config: Config,
-    /// `config.state_dir`, canonical: mount points in mountinfo are canonical paths.
-    state_dir: PathBuf,
-    volumes: Arc<volumes::Volumes>,
-    mounter: Arc<dyn Mounter>,
+/// The command line, validated: where to listen, and the plugin's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub endpoint: PathBuf,
+    pub socket_perms: socket::Permissions,
+    pub config: Config,
 }
 
-impl Driver {
-    fn topology_key(&self) -> String {
-        format!("topology.{}/node", self.config.driver_name)
-    }
-
-    /// This node as a topology segment: local volumes are reachable only here.
-    fn topology(&self) -> Topology {
-        Topology {
-            segments: [(self.topology_key(), self.config.node_id.clone())].into(),
-        }
-    }
-
-    /// Whether a topology from a request can be this node (a missing key does not exclude).
-    fn matches(&self, topology: &Topology) -> bool {
-        topology
-            .segments
-            .get(&self.topology_key())
-            .is_none_or(|node| *node == self.config.node_id)
-    }
-
-    /// A mount point from a request, resolved; refused inside or above the state directory,
-    /// where a mount could cover or be deleted with volume data.
-    fn mount_point(&self, field: &str, path: &std::path::Path) -> Result<Option<PathBuf>, Status> {
-        let resolved = publish::resolve(field, path)?;
-        if let Some(real) = &resolved
-            && (real.starts_with(&self.state_dir) || self.state_dir.starts_with(real))
-        {
-            return Err(Status::invalid_argument(format!(
-                "{field} {} overlaps the state directory {}",
-                path.display(),
-                self.state_dir.display()
-            )));
-        }
-        Ok(resolved)
+impl Settings {
+    /// Checks every value; a bad one is a usage error (exit 2) naming it.
+    pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        let endpoint = socket::parse_address(&args.endpoint).map_err(UsageError::new)?;
+        let capacity = match &args.capacity {
+            Some(text) => Some(capacity::parse_quantity(text).map_err(UsageError::new)?),
+            None => None,
+        };
+        let config = Config {
+            node_id: match args.node_id {
+                Some(id) => id,
+                None => default_node_id()?,
+            },
+            max_volumes_per_node: args.max_volumes_per_node,
+            capacity,
+            ..Config::new(&args.driver_name, "", args.state_dir)
+        };
+        config.check().map_err(UsageError::new)?;
+        Ok(Self {
+            endpoint,
+            socket_perms: socket::Permissions {
+                mode: args.socket_mode.0,
+                gid: args.socket_group,
+            },
+            config,
+        })
     }
 }
 
 /// The three services, ready to serve.
 pub struct Plugin {
-    identity: IdentityService,
-    driver: Arc<Driver>,
+    driver: Arc<driver::Driver>,
 }
 
 impl Plugin {
     /// Opens the state directory with the real mounter.
-    pub fn open(config: Config) -> Result<Self, BoxError> {
+    pub fn open(config: Config) -> Result<Self, OpenError> {
         Self::with_mounter(config, Arc::new(LinuxMounter))
     }
 
     /// Opens the state directory (creating it), loads every volume record, and checks the
     /// configuration. `mounter` is the seam tests use to slow or observe mounts.
-    pub fn with_mounter(config: Config, mounter: Arc<dyn Mounter>) -> Result<Self, BoxError> {
-        config.check()?;
-        let state_dir = &config.state_dir;
-        std::fs::create_dir_all(state_dir)
-            .map_err(|e| format!("create state directory {}: {e}", state_dir.display()))?;
-        let state_dir = state_dir
-            .canonicalize()
-            .map_err(|e| format!("resolve state directory {}: {e}", state_dir.display()))?;
-        let volumes = volumes::Volumes::open(&state_dir, config.capacity)?;
-        let identity = IdentityService {
-            driver_name: config.driver_name.clone(),
-            state_dir: state_dir.clone(),
-        };
-        let driver = Arc::new(Driver {
-            config,
-            state_dir,
-            volumes,
-            mounter,
-        });
-        Ok(Self { identity, driver })
+    pub fn with_mounter(config: Config, mounter: Arc<dyn Mounter>) -> Result<Self, OpenError> {
+        let driver = driver::Driver::open(config, mounter)?;
+        Ok(Self {
+            driver: Arc::new(driver),
+        })
     }
-}
-
-/// Runs blocking work (syscalls, fsync) off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, Status> + Send + 'static,
-) -> Result<T, Status> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Status::internal(format!("worker failed: {e}")))?
 }
 
 /// `$NODE_NAME`, else the kernel's host name.
@@ -230,44 +208,30 @@ fn default_node_id() -> Result<String, BoxError> {
     Ok(name.trim().to_owned())
 }
 
-/// Validates the arguments, binds the socket and serves until SIGTERM or SIGINT.
-pub fn run(args: Args) -> Result<(), BoxError> {
-    let path = socket::parse_address(&args.endpoint)?;
-    let perms = socket::Permissions {
-        mode: args.socket_mode.0,
-        gid: args.socket_group,
-    };
-    let capacity = match &args.capacity {
-        Some(text) => Some(capacity::parse_quantity(text).map_err(UsageError)?),
-        None => None,
-    };
-    let config = Config {
-        node_id: match args.node_id {
-            Some(id) => id,
-            None => default_node_id()?,
-        },
-        max_volumes_per_node: args.max_volumes_per_node,
-        capacity,
-        ..Config::new(&args.driver_name, "", args.state_dir)
-    };
-    let plugin = Plugin::open(config)?;
+/// The mode's entry from the command line.
+pub fn main(args: Args) -> Result<(), BoxError> {
+    run(Settings::from_args(args)?)
+}
+
+/// Opens the plugin, binds the socket and serves until SIGTERM or SIGINT.
+pub fn run(settings: Settings) -> Result<(), BoxError> {
+    let plugin = Plugin::open(settings.config)?;
     // Two workers serve gRPC. Blocking work is mostly mount syscalls, which the kernel
     // serialises per mount namespace, so a small blocking pool loses no throughput and keeps
     // memory flat under load (measured: 32 concurrent publishers grew the default pool to 45
     // threads and 11 MB resident; with 4 threads it stays near 5 MB at the same rate).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .max_blocking_threads(4)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let shutdown = Shutdown::on_signals()?;
-        let (listener, _guard) = socket::bind_tokio(&path, perms)?;
+    let threads = Threads::Multi {
+        workers: 2,
+        blocking: Some(4),
+    };
+    crate::runtime::serve(threads, |shutdown| async move {
+        let (listener, _guard) = socket::bind_tokio(&settings.endpoint, settings.socket_perms)?;
+        let config = &plugin.driver.config;
         log::info!(
             "serving CSI driver {} for node {} on {}",
-            plugin.driver.config.driver_name,
-            plugin.driver.config.node_id,
-            path.display()
+            config.driver_name,
+            config.node_id,
+            settings.endpoint.display()
         );
         serve(listener, plugin, shutdown).await
     })
@@ -280,14 +244,13 @@ pub async fn serve(
     plugin: Plugin,
     shutdown: Shutdown,
 ) -> Result<(), BoxError> {
+    let driver = plugin.driver;
     let server = tonic::transport::Server::builder()
-        .add_service(IdentityServer::new(plugin.identity))
-        .add_service(NodeServer::new(node::NodeService(Arc::clone(
-            &plugin.driver,
+        .add_service(IdentityServer::new(identity::IdentityService(Arc::clone(
+            &driver,
         ))))
-        .add_service(ControllerServer::new(controller::ControllerService(
-            plugin.driver,
-        )))
+        .add_service(NodeServer::new(node::NodeService(Arc::clone(&driver))))
+        .add_service(ControllerServer::new(controller::ControllerService(driver)))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown.clone().wait());
     match crate::shutdown::run_with_grace(server, shutdown, crate::shutdown::GRACE_PERIOD).await {
         Some(result) => result.map_err(Into::into),

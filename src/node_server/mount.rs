@@ -10,11 +10,40 @@ use std::path::Path;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sys::statvfs::FsFlags;
 
-use super::error::{PathError, at as err};
+use std::path::PathBuf;
+
 use super::mountinfo::{MountEntry, MountTable};
 
 /// A failed mount operation, naming what was attempted and on which path.
-pub type MountError = PathError;
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {}: {source}", path.display())]
+pub struct MountError {
+    pub op: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// `map_err(err("unmount", path))`: an I/O error with its operation and path.
+pub fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> MountError + 'a {
+    move |source| MountError {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Mount flags from a request that a bind mount cannot honour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    #[error(
+        "mount flag {0:?} is not supported: volumes are bind mounts, which take only ro, rw, \
+         nosuid, nodev, noexec, noatime and nodiratime"
+    )]
+    Unsupported(String),
+    #[error("mount flags ask for both ro and rw")]
+    Conflicting,
+}
 
 /// Per-mount flags a CSI request may ask for. Only flags that a bind mount can carry are
 /// accepted: filesystem options (`discard`, `size=`) would be silently meaningless on a bind.
@@ -30,7 +59,7 @@ pub struct MountOptions {
 
 impl MountOptions {
     /// Parses a capability's `mount_flags`; `readonly` comes from the request.
-    pub fn parse(flags: &[String], readonly: bool) -> Result<Self, String> {
+    pub fn parse(flags: &[String], readonly: bool) -> Result<Self, OptionsError> {
         let mut options = Self {
             readonly,
             ..Self::default()
@@ -48,16 +77,11 @@ impl MountOptions {
                 // The defaults of a fresh bind mount; asking for them changes nothing.
                 "defaults" | "bind" | "suid" | "dev" | "exec" | "atime" | "diratime"
                 | "relatime" => {}
-                other => {
-                    return Err(format!(
-                        "mount flag {other:?} is not supported: volumes are bind mounts, which \
-                         take only ro, rw, nosuid, nodev, noexec, noatime and nodiratime"
-                    ));
-                }
+                other => return Err(OptionsError::Unsupported(other.to_owned())),
             }
         }
         if rw && options.readonly {
-            return Err("mount flags ask for both ro and rw".into());
+            return Err(OptionsError::Conflicting);
         }
         Ok(options)
     }
@@ -202,8 +226,6 @@ impl Mounter for LinuxMounter {
 pub mod fake {
     use std::sync::Mutex;
 
-    use std::path::PathBuf;
-
     use super::*;
 
     #[derive(Debug, Default)]
@@ -300,7 +322,7 @@ mod tests {
                 .readonly
         );
         let err = MountOptions::parse(&flags(&["discard"]), false).unwrap_err();
-        assert!(err.contains("\"discard\""), "{err}");
+        assert!(err.to_string().contains("\"discard\""), "{err}");
         assert!(MountOptions::parse(&flags(&["ro", "rw"]), false).is_err());
         assert!(MountOptions::parse(&flags(&["rw"]), true).is_err());
     }

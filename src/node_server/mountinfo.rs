@@ -42,6 +42,11 @@ pub struct Source {
     pub path: PathBuf,
 }
 
+/// A directory that no mount in the table holds: the table and the filesystem disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no mount holds {}", .0.display())]
+pub struct Unlocatable(pub PathBuf);
+
 /// The parsed mount table, in the kernel's order (a later entry at the same mount point is
 /// stacked on top of an earlier one).
 #[derive(Debug, Clone, Default)]
@@ -107,6 +112,12 @@ impl MountTable {
             dev: entry.dev,
             path: entry.root.join(rest),
         })
+    }
+
+    /// [`source_of`](Self::source_of), for a directory that must be somewhere.
+    pub fn locate(&self, dir: &Path) -> Result<Source, Unlocatable> {
+        self.source_of(dir)
+            .ok_or_else(|| Unlocatable(dir.to_owned()))
     }
 
     /// Mounts that show `source` or anything inside it.

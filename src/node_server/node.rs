@@ -1,15 +1,17 @@
 //! The CSI Node service: stage, publish, unpublish, unstage as bind mounts; stats, expansion,
-//! capabilities and node info. Each handler validates, takes the volume's lock, does its
-//! blocking work on the blocking pool, and answers.
+//! capabilities and node info. Each handler validates, runs its operation on the [`Driver`]
+//! under the volume's lock, and answers; [`status`] gives every failure its gRPC code.
 
 use std::sync::Arc;
 
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
+use super::driver::{Driver, PublishRequest};
 use super::ephemeral::is_ephemeral;
-use super::publish::{self, Publication};
+use super::error::NodeError;
+use super::publish::PublishError as P;
 use super::validate::{self, AccessMode};
-use super::{Driver, blocking};
+use super::volumes::VolumeError as V;
 use crate::proto::csi::{
     NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
     NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,
@@ -20,105 +22,46 @@ use crate::proto::csi::{
     node_server::Node, node_service_capability, volume_usage,
 };
 
-pub struct NodeService(pub(crate) Arc<Driver>);
+pub struct NodeService(pub(super) Arc<Driver>);
 
-impl Driver {
-    fn publish(&self, req: &NodePublishVolumeRequest, checked: Checked) -> Result<(), Status> {
-        let id = &req.volume_id;
-        let ephemeral = is_ephemeral(&req.volume_context);
-        if !ephemeral {
-            self.volumes.known(id)?;
+/// The gRPC code of every failure of a Node call, as the CSI spec's error tables for
+/// NodeStage/Unstage/Publish/Unpublish/GetVolumeStats/ExpandVolume name them. (Malformed
+/// requests are refused earlier, by `validate`, with INVALID_ARGUMENT.)
+fn status(error: NodeError) -> Status {
+    use NodeError as E;
+    let code = match &error {
+        E::OverlapsState { .. } | E::Publish(P::NoParent { .. }) | E::EphemeralSize(_) => {
+            Code::InvalidArgument
         }
-        let target = self
-            .mount_point("target_path", &checked.target)?
-            .ok_or_else(|| {
-                Status::failed_precondition("the parent directory of target_path does not exist")
-            })?;
-        let staging = match &checked.staging {
-            Some(path) if !ephemeral => Some(
-                self.mount_point("staging_target_path", path)?
-                    .ok_or_else(|| {
-                        Status::failed_precondition(format!(
-                            "volume is not staged at {}",
-                            path.display()
-                        ))
-                    })?,
-            ),
-            _ => None,
-        };
-        let created = ephemeral && self.ephemeral(id, &req.volume_context)?.1;
-        let dir = self.volumes.path_of(id);
-        let publication = Publication {
-            dir: &dir,
-            staging: staging.as_deref(),
-            target: &target,
-            options: checked.options,
-            exclusive: checked.mode == AccessMode::SingleNodeSingleWriter,
-        };
-        let result = checked
-            .group
-            .map_or(Ok(()), |gid| self.volumes.set_group(id, gid))
-            .and_then(|()| publish::publish(&*self.mounter, &publication));
-        match result {
-            Ok(true) => log::debug!("published volume {id} at {}", target.display()),
-            Ok(false) => {}
-            Err(e) => {
-                if created {
-                    // Do not leave behind an ephemeral volume nobody will unpublish.
-                    let table = self.mounter.mount_table()?;
-                    self.volumes.delete(id, &table)?;
-                }
-                return Err(e);
-            }
+        E::Volume(V::NotFound { .. }) | E::UnknownButMounted { .. } | E::PathNotFound { .. } => {
+            Code::NotFound
         }
-        Ok(())
-    }
-
-    fn unpublish(&self, id: &str, target: &std::path::Path) -> Result<(), Status> {
-        let Some(target) = self.mount_point("target_path", target)? else {
-            // No parent, so nothing can be mounted there; an ephemeral volume still goes.
-            return self.drop_ephemeral(id);
-        };
-        let Some(record) = self.volumes.get(id) else {
-            return self.unknown_volume_at(id, "target_path", &target, true);
-        };
-        let dir = self.volumes.path_of(&record.id);
-        if publish::unmount_volume(&*self.mounter, "target_path", &target, &dir)? {
-            log::debug!("unpublished volume {id} from {}", target.display());
+        // "Volume published but is incompatible", or something else is mounted there.
+        E::Publish(P::OtherOptions { .. } | P::OtherMount { .. }) | E::NotEphemeral { .. } => {
+            Code::AlreadyExists
         }
-        publish::remove_mount_point(&target)?;
-        self.drop_ephemeral(id)
-    }
-
-    /// An unpublish or unstage for a volume we do not know: done already if nothing is
-    /// mounted there (a retry after success, say), NOT_FOUND if something is.
-    fn unknown_volume_at(
-        &self,
-        id: &str,
-        field: &str,
-        path: &std::path::Path,
-        remove: bool,
-    ) -> Result<(), Status> {
-        if self.mounter.mount_table()?.mounted_at(path).is_some() {
-            return Err(Status::not_found(format!(
-                "volume {id} does not exist, and {field} {} is mounted",
-                path.display()
-            )));
-        }
-        if remove {
-            publish::remove_mount_point(path)?;
-        }
-        Ok(())
-    }
-}
-
-/// A publish request after validation.
-struct Checked {
-    target: std::path::PathBuf,
-    staging: Option<std::path::PathBuf>,
-    options: super::mount::MountOptions,
-    mode: AccessMode,
-    group: Option<u32>,
+        E::MissingParent { .. }
+        | E::Volume(V::InUse { .. })
+        | E::Publish(
+            P::Symlink { .. }
+            | P::NotADirectory { .. }
+            | P::CreateMountPoint { .. }
+            | P::NotStaged { .. }
+            | P::PublishedElsewhere { .. }
+            | P::ForeignMount { .. },
+        ) => Code::FailedPrecondition,
+        // "Operation pending for volume".
+        E::Volume(V::Busy { .. }) => Code::Aborted,
+        // An ephemeral volume that does not fit.
+        E::Volume(V::NoSpace { .. }) => Code::ResourceExhausted,
+        E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
+        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_))
+        | E::Publish(P::Unlocatable(_) | P::Io { .. } | P::Mount(_))
+        | E::Stats { .. }
+        | E::Mount(_)
+        | E::Worker(_) => Code::Internal,
+    };
+    Status::new(code, error.to_string())
 }
 
 fn rpc(kind: node_service_capability::rpc::Type) -> NodeServiceCapability {
@@ -161,13 +104,6 @@ fn usages(stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
     ]
 }
 
-fn abnormal(message: String) -> VolumeCondition {
-    VolumeCondition {
-        abnormal: true,
-        message,
-    }
-}
-
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn node_stage_volume(
@@ -181,24 +117,9 @@ impl Node for NodeService {
         log::trace!("NodeStageVolume volume={id} staging={}", staging.display());
         cap.require_filesystem()?;
         let options = cap.options(false)?;
-        let driver = Arc::clone(&self.0);
-        let busy = driver.volumes.lock(&id)?;
-        blocking(move || {
-            let _busy = busy;
-            driver.volumes.known(&id)?;
-            let staging = driver
-                .mount_point("staging_target_path", &staging)?
-                .ok_or_else(|| Status::failed_precondition("staging_target_path does not exist"))?;
-            if let Some(gid) = cap.group {
-                driver.volumes.set_group(&id, gid)?;
-            }
-            let dir = driver.volumes.path_of(&id);
-            if publish::stage(&*driver.mounter, &dir, &staging, options)? {
-                log::debug!("staged volume {id} at {}", staging.display());
-            }
-            Ok(())
-        })
-        .await?;
+        let key = id.clone();
+        let work = move |d: &Driver| d.stage(&id, &staging, options, cap.group);
+        self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -213,23 +134,9 @@ impl Node for NodeService {
             "NodeUnstageVolume volume={id} staging={}",
             staging.display()
         );
-        let driver = Arc::clone(&self.0);
-        let busy = driver.volumes.lock(&id)?;
-        blocking(move || {
-            let _busy = busy;
-            let Some(staging) = driver.mount_point("staging_target_path", &staging)? else {
-                return Ok(());
-            };
-            if driver.volumes.get(&id).is_none() {
-                return driver.unknown_volume_at(&id, "staging_target_path", &staging, false);
-            }
-            let dir = driver.volumes.path_of(&id);
-            if publish::unmount_volume(&*driver.mounter, "staging_target_path", &staging, &dir)? {
-                log::debug!("unstaged volume {id} from {}", staging.display());
-            }
-            Ok(())
-        })
-        .await?;
+        let key = id.clone();
+        let work = move |d: &Driver| d.unstage(&id, &staging);
+        self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
@@ -257,20 +164,18 @@ impl Node for NodeService {
             path => Some(validate::path("staging_target_path", path)?),
         };
         cap.require_filesystem()?;
-        let checked = Checked {
+        let publish = PublishRequest {
+            id: id.clone(),
             target,
-            staging,
+            // An ephemeral volume is bound from its directory: it was never staged.
+            staging: staging.filter(|_| !ephemeral),
             options: cap.options(req.readonly)?,
-            mode: cap.mode,
+            exclusive: cap.mode == AccessMode::SingleNodeSingleWriter,
             group: cap.group,
+            ephemeral: ephemeral.then_some(req.volume_context),
         };
-        let driver = Arc::clone(&self.0);
-        let busy = driver.volumes.lock(&id)?;
-        blocking(move || {
-            let _busy = busy;
-            driver.publish(&req, checked)
-        })
-        .await?;
+        let work = move |d: &Driver| d.publish(&publish);
+        self.0.locked(&id, work).await.map_err(status)?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -285,13 +190,9 @@ impl Node for NodeService {
             "NodeUnpublishVolume volume={id} target={}",
             target.display()
         );
-        let driver = Arc::clone(&self.0);
-        let busy = driver.volumes.lock(&id)?;
-        blocking(move || {
-            let _busy = busy;
-            driver.unpublish(&id, &target)
-        })
-        .await?;
+        let key = id.clone();
+        let work = move |d: &Driver| d.unpublish(&id, &target);
+        self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
@@ -303,37 +204,23 @@ impl Node for NodeService {
         let id = validate::required("volume_id", &req.volume_id)?.to_owned();
         validate::required("volume_path", &req.volume_path)?;
         log::trace!("NodeGetVolumeStats volume={id}");
-        let driver = Arc::clone(&self.0);
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
-        let reply = blocking(move || {
-            driver.volumes.known(&id)?;
-            let path = existing_path(&req.volume_path)?;
-            let dir = driver.volumes.path_of(&id);
-            let table = driver.mounter.mount_table()?;
-            let source = publish::source_of(&table, &dir)?;
-            let stat = match nix::sys::statvfs::statvfs(&dir) {
-                Ok(stat) => Some(stat),
-                Err(nix::errno::Errno::ENOENT) => None,
-                Err(e) => {
-                    let message = format!("statistics of {}: {e}", dir.display());
-                    return Err(Status::internal(message));
-                }
-            };
-            let condition = match (&stat, table.mounted_at(&path)) {
-                (None, _) => abnormal(format!("volume directory {} is missing", dir.display())),
-                (Some(_), Some(entry)) if entry.shows(&source) => VolumeCondition {
-                    abnormal: false,
-                    message: "volume is mounted".into(),
-                },
-                _ => abnormal(format!("volume is not mounted at {}", path.display())),
-            };
-            Ok(NodeGetVolumeStatsResponse {
-                usage: stat.map(|stat| usages(&stat)).unwrap_or_default(),
-                volume_condition: Some(condition),
-            })
-        })
-        .await?;
-        Ok(Response::new(reply))
+        let work = move |d: &Driver| d.stats(&id, &req.volume_path);
+        let stats = self.0.unlocked(work).await.map_err(status)?;
+        let condition = match stats.abnormal {
+            Some(message) => VolumeCondition {
+                abnormal: true,
+                message,
+            },
+            None => VolumeCondition {
+                abnormal: false,
+                message: "volume is mounted".into(),
+            },
+        };
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage: stats.statvfs.map(|stat| usages(&stat)).unwrap_or_default(),
+            volume_condition: Some(condition),
+        }))
     }
 
     async fn node_expand_volume(
@@ -345,13 +232,11 @@ impl Node for NodeService {
         validate::required("volume_path", &req.volume_path)?;
         validate::capacity_range(req.capacity_range.as_ref())?;
         log::trace!("NodeExpandVolume volume={id}");
-        let record = self.0.volumes.known(&id)?;
-        let _busy = self.0.volumes.lock(&id)?;
-        blocking(move || existing_path(&req.volume_path).map(drop)).await?;
-        // A directory has no filesystem to grow: ControllerExpandVolume already accounted
-        // the new size, which is what the volume now has.
+        let key = id.clone();
+        let work = move |d: &Driver| d.expand_on_node(&id, &req.volume_path);
+        let capacity = self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeExpandVolumeResponse {
-            capacity_bytes: i64::try_from(record.capacity).unwrap_or(i64::MAX),
+            capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
         }))
     }
 
@@ -387,13 +272,4 @@ impl Node for NodeService {
             accessible_topology: Some(self.0.topology()),
         }))
     }
-}
-
-/// A path from a stats or expand request that must exist; anything else means the volume
-/// is not there: NOT_FOUND, as the spec words it. Resolved, because mount points in the
-/// mount table are canonical.
-fn existing_path(value: &str) -> Result<std::path::PathBuf, Status> {
-    let not_found = || Status::not_found(format!("volume_path {value:?} does not exist"));
-    let path = validate::normalise(value).map_err(|_| not_found())?;
-    std::fs::canonicalize(path).map_err(|_| not_found())
 }

@@ -8,60 +8,108 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use tonic::Status;
+use super::mount::{MountError, MountOptions, Mounter};
+use super::mountinfo::{MountTable, Source, Unlocatable};
 
-use super::mount::{MountOptions, Mounter};
-use super::mountinfo::{MountTable, Source};
-
-/// The source of a volume directory.
-pub fn source_of(table: &MountTable, dir: &Path) -> Result<Source, Status> {
-    table
-        .source_of(dir)
-        .ok_or_else(|| Status::internal(format!("no mount holds {}", dir.display())))
+/// Why a mount point or a mount cannot be what a request asks; each names the request field
+/// and the path.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("{field} has no parent")]
+    NoParent { field: &'static str },
+    #[error("{field} {} is a symbolic link", path.display())]
+    Symlink { field: &'static str, path: PathBuf },
+    #[error("{field} {} exists and is not a directory", path.display())]
+    NotADirectory { field: &'static str, path: PathBuf },
+    #[error("create {field} {}: {source}", path.display())]
+    CreateMountPoint {
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "volume is already mounted at {field} {} with other options ({options})",
+        path.display()
+    )]
+    OtherOptions {
+        field: &'static str,
+        path: PathBuf,
+        options: String,
+    },
+    #[error("{field} {} already holds another mount", path.display())]
+    OtherMount { field: &'static str, path: PathBuf },
+    #[error(
+        "volume is not staged at {}: NodeStageVolume must succeed first",
+        staging.display()
+    )]
+    NotStaged { staging: PathBuf },
+    #[error("SINGLE_NODE_SINGLE_WRITER volume is already published at {}", at.display())]
+    PublishedElsewhere { at: PathBuf },
+    #[error(
+        "{field} {} holds a mount that is not this volume; leaving it alone",
+        path.display()
+    )]
+    ForeignMount { field: &'static str, path: PathBuf },
+    #[error(transparent)]
+    Unlocatable(#[from] Unlocatable),
+    #[error("{op} {field} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Mount(#[from] MountError),
 }
 
 /// Resolves a request path the way the kernel will see it: symlinks in the parent are
 /// followed (mount points in mountinfo are canonical), a symlink as the last component is
 /// refused (a mount there would land wherever it points). `Ok(None)`: the parent is missing.
-pub fn resolve(field: &str, path: &Path) -> Result<Option<PathBuf>, Status> {
+pub fn resolve(field: &'static str, path: &Path) -> Result<Option<PathBuf>, PublishError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(Status::invalid_argument(format!("{field} has no parent")));
+        return Err(PublishError::NoParent { field });
     };
     let parent = match std::fs::canonicalize(parent) {
         Ok(parent) => parent,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(Status::internal(format!(
-                "resolve {field} {}: {e}",
-                path.display()
-            )));
+        Err(source) => {
+            return Err(PublishError::Io {
+                op: "resolve",
+                field,
+                path: path.to_owned(),
+                source,
+            });
         }
     };
     let resolved = parent.join(name);
     match std::fs::symlink_metadata(&resolved) {
-        Ok(meta) if meta.file_type().is_symlink() => Err(Status::failed_precondition(format!(
-            "{field} {} is a symbolic link",
-            path.display()
-        ))),
+        Ok(meta) if meta.file_type().is_symlink() => Err(PublishError::Symlink {
+            field,
+            path: path.to_owned(),
+        }),
         _ => Ok(Some(resolved)),
     }
 }
 
 /// Creates the mount point itself (never its parents: those are the CO's).
-fn make_mount_point(field: &str, path: &Path) -> Result<(), Status> {
+fn make_mount_point(field: &'static str, path: &Path) -> Result<(), PublishError> {
     match std::fs::create_dir(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => Ok(()),
-            _ => Err(Status::failed_precondition(format!(
-                "{field} {} exists and is not a directory",
-                path.display()
-            ))),
+            _ => Err(PublishError::NotADirectory {
+                field,
+                path: path.to_owned(),
+            }),
         },
-        Err(e) => Err(Status::failed_precondition(format!(
-            "create {field} {}: {e}",
-            path.display()
-        ))),
+        Err(source) => Err(PublishError::CreateMountPoint {
+            field,
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -69,23 +117,23 @@ fn make_mount_point(field: &str, path: &Path) -> Result<(), Status> {
 /// with compatible options (nothing to do), `Ok(false)` when nothing is mounted there.
 fn already_there(
     table: &MountTable,
-    field: &str,
+    field: &'static str,
     path: &Path,
     source: &Source,
     options: &MountOptions,
-) -> Result<bool, Status> {
+) -> Result<bool, PublishError> {
     match table.mounted_at(path) {
         None => Ok(false),
         Some(entry) if entry.shows(source) && options.satisfied_by(entry) => Ok(true),
-        Some(entry) if entry.shows(source) => Err(Status::already_exists(format!(
-            "volume is already mounted at {field} {} with other options ({})",
-            path.display(),
-            entry.options.join(",")
-        ))),
-        Some(_) => Err(Status::already_exists(format!(
-            "{field} {} already holds another mount",
-            path.display()
-        ))),
+        Some(entry) if entry.shows(source) => Err(PublishError::OtherOptions {
+            field,
+            path: path.to_owned(),
+            options: entry.options.join(","),
+        }),
+        Some(_) => Err(PublishError::OtherMount {
+            field,
+            path: path.to_owned(),
+        }),
     }
 }
 
@@ -95,9 +143,9 @@ pub fn stage(
     dir: &Path,
     staging: &Path,
     options: MountOptions,
-) -> Result<bool, Status> {
+) -> Result<bool, PublishError> {
     let table = mounter.mount_table()?;
-    let source = source_of(&table, dir)?;
+    let source = table.locate(dir)?;
     if already_there(&table, "staging_target_path", staging, &source, &options)? {
         return Ok(false);
     }
@@ -120,29 +168,27 @@ pub struct Publication<'a> {
 }
 
 /// Binds the staged volume on the target. Returns whether anything was done.
-pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<bool, Status> {
+pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<bool, PublishError> {
     let table = mounter.mount_table()?;
-    let source = source_of(&table, p.dir)?;
+    let source = table.locate(p.dir)?;
     if already_there(&table, "target_path", p.target, &source, &p.options)? {
         return Ok(false);
     }
     if let Some(staging) = p.staging
         && !table.mounted_at(staging).is_some_and(|e| e.shows(&source))
     {
-        return Err(Status::failed_precondition(format!(
-            "volume is not staged at {}: NodeStageVolume must succeed first",
-            staging.display()
-        )));
+        return Err(PublishError::NotStaged {
+            staging: staging.to_owned(),
+        });
     }
     if p.exclusive
         && let Some(other) = table
             .mounts_from(&source)
             .find(|e| e.shows(&source) && Some(e.mount_point.as_path()) != p.staging)
     {
-        return Err(Status::failed_precondition(format!(
-            "SINGLE_NODE_SINGLE_WRITER volume is already published at {}",
-            other.mount_point.display()
-        )));
+        return Err(PublishError::PublishedElsewhere {
+            at: other.mount_point.clone(),
+        });
     }
     make_mount_point("target_path", p.target)?;
     mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options)?;
@@ -153,12 +199,12 @@ pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<bool, Status> {
 /// not this volume. Returns whether anything was unmounted.
 pub fn unmount_volume(
     mounter: &dyn Mounter,
-    field: &str,
+    field: &'static str,
     path: &Path,
     dir: &Path,
-) -> Result<bool, Status> {
+) -> Result<bool, PublishError> {
     let table = mounter.mount_table()?;
-    let source = source_of(&table, dir)?;
+    let source = table.locate(dir)?;
     // Mounts stacked at `path`, topmost first: unmounting one uncovers the next, so one read
     // of the table tells what each unmount will leave visible.
     let stacked = table
@@ -169,10 +215,10 @@ pub fn unmount_volume(
     let mut unmounted = false;
     for entry in stacked {
         if !entry.shows(&source) {
-            return Err(Status::failed_precondition(format!(
-                "{field} {} holds a mount that is not this volume; leaving it alone",
-                path.display()
-            )));
+            return Err(PublishError::ForeignMount {
+                field,
+                path: path.to_owned(),
+            });
         }
         mounter.unmount(path)?;
         unmounted = true;
@@ -182,7 +228,7 @@ pub fn unmount_volume(
 
 /// Removes the target directory publish created: only if empty, never following a symlink.
 /// Leftover content means someone wrote into the bare mount point; it is kept and reported.
-pub fn remove_mount_point(path: &Path) -> Result<(), Status> {
+pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
     match std::fs::remove_dir(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
@@ -195,17 +241,19 @@ pub fn remove_mount_point(path: &Path) -> Result<(), Status> {
             log::warn!("leaving {} in place: {e}", path.display());
             Ok(())
         }
-        Err(e) => Err(Status::internal(format!(
-            "remove target_path {}: {e}",
-            path.display()
-        ))),
+        Err(source) => Err(PublishError::Io {
+            op: "remove",
+            field: "target_path",
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
 /// The first place a directory is mounted on or from, if any: deleting it then would
 /// delete through a mount.
-pub fn first_user(table: &MountTable, dir: &Path) -> Result<Option<PathBuf>, Status> {
-    let source = source_of(table, dir)?;
+pub fn first_user(table: &MountTable, dir: &Path) -> Result<Option<PathBuf>, Unlocatable> {
+    let source = table.locate(dir)?;
     Ok(table
         .mounts_from(&source)
         .chain(table.mounts_under(dir))

@@ -1,8 +1,6 @@
 //! The publish logic against a recording fake: decisions and calls, no root needed. The
 //! directories are real (mount points are created), the mounts are not.
 
-use tonic::Code;
-
 use super::*;
 use crate::node_server::mount::fake::RecordingMounter;
 
@@ -75,14 +73,14 @@ fn staging_over_another_volume_is_already_exists() {
     let s = setup();
     stage(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
     let err = stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap_err();
-    assert_eq!(err.code(), Code::AlreadyExists);
+    assert!(matches!(err, PublishError::OtherMount { .. }), "{err}");
 }
 
 #[test]
 fn publishing_before_staging_is_a_failed_precondition_and_mounts_nothing() {
     let s = setup();
     let err = publish(&s.mounter, &s.publication(rw())).unwrap_err();
-    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(matches!(err, PublishError::NotStaged { .. }), "{err}");
     assert_eq!(s.binds(), 0);
 }
 
@@ -102,7 +100,7 @@ fn publishing_again_read_write_over_a_read_only_publish_is_already_exists() {
     stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
     publish(&s.mounter, &s.publication(ro())).unwrap();
     let err = publish(&s.mounter, &s.publication(rw())).unwrap_err();
-    assert_eq!(err.code(), Code::AlreadyExists);
+    assert!(matches!(err, PublishError::OtherOptions { .. }), "{err}");
 }
 
 #[test]
@@ -117,7 +115,10 @@ fn a_single_writer_volume_is_not_published_at_a_second_target() {
         ..s.publication(rw())
     };
     let err = publish(&s.mounter, &exclusive).unwrap_err();
-    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        matches!(err, PublishError::PublishedElsewhere { .. }),
+        "{err}"
+    );
     let shared = Publication {
         target: &second,
         ..s.publication(rw())
@@ -130,7 +131,7 @@ fn unmounting_leaves_a_foreign_mount_alone() {
     let s = setup();
     stage(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
     let err = unmount_volume(&s.mounter, "staging_target_path", &s.staging, &s.vol).unwrap_err();
-    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(matches!(err, PublishError::ForeignMount { .. }), "{err}");
     assert!(!s.mounter.calls().iter().any(|c| c.starts_with("unmount")));
 }
 
@@ -167,7 +168,7 @@ fn a_symlink_as_the_last_component_is_refused_and_a_missing_parent_is_reported()
     let link = s.vol.with_file_name("link");
     std::os::unix::fs::symlink(&s.other_vol, &link).unwrap();
     let err = resolve("target_path", &link).unwrap_err();
-    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(matches!(err, PublishError::Symlink { .. }), "{err}");
     assert_eq!(
         resolve("target_path", &s.vol.join("no/such")).unwrap(),
         None

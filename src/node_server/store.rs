@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::error::{PathError, at as err};
 use super::validate::volume_id_problem;
 
 /// What we remember about a volume.
@@ -46,7 +45,23 @@ impl Record {
 }
 
 /// A failed store operation, naming what was attempted and on which path.
-pub type StoreError = PathError;
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {}: {source}", path.display())]
+pub struct StoreError {
+    pub op: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// `map_err(err("remove", path))`: an I/O error with its operation and path.
+fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
 
 /// The metadata directory.
 #[derive(Debug)]
@@ -145,7 +160,7 @@ impl Store {
 }
 
 /// Makes the entries of a directory (created, renamed, removed) durable.
-pub fn sync_dir(dir: &Path) -> Result<(), PathError> {
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     std::fs::File::open(dir)
         .and_then(|file| file.sync_all())
         .map_err(err("sync", dir))

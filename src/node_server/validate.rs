@@ -97,7 +97,8 @@ pub struct Capability {
 impl Capability {
     /// Mount options for this capability plus the request's `readonly`.
     pub fn options(&self, readonly: bool) -> Result<MountOptions, Status> {
-        MountOptions::parse(&self.flags, readonly).map_err(Status::invalid_argument)
+        MountOptions::parse(&self.flags, readonly)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     /// A block capability on a node call: the spec's "exceeds capabilities".
@@ -138,7 +139,8 @@ pub fn capability(cap: Option<&VolumeCapability>) -> Result<Capability, Status> 
             group: None,
         }),
         Some(volume_capability::AccessType::Mount(mount)) => {
-            MountOptions::parse(&mount.mount_flags, false).map_err(Status::invalid_argument)?;
+            MountOptions::parse(&mount.mount_flags, false)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
             let group = match mount.volume_mount_group.as_str() {
                 "" => None,
                 text => Some(text.parse::<u32>().map_err(|_| {

@@ -9,14 +9,47 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tonic::Status;
-
 use super::capacity;
-use super::error::at;
-use super::mountinfo::MountTable;
+use super::mountinfo::{MountTable, Unlocatable};
 use super::publish;
 pub use super::store::Record;
 use super::store::{Store, StoreError, sync_dir};
+
+/// What can go wrong with the volumes themselves; each variant names the volume, the sizes or
+/// the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("an operation on {key} is already in progress")]
+    Busy { key: String },
+    #[error("volume {id} does not exist")]
+    NotFound { id: String },
+    #[error("{asked} bytes asked for, {available} available")]
+    NoSpace { asked: u64, available: u64 },
+    #[error("growing by {growth} bytes does not fit: {available} available")]
+    NoRoomToGrow { growth: u64, available: u64 },
+    #[error("volume {id} is in use: mounted at {}", at.display())]
+    InUse { id: String, at: PathBuf },
+    #[error(transparent)]
+    Unlocatable(#[from] Unlocatable),
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `map_err(io("remove", path))`: an I/O error with its operation and path.
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
+    move |source| VolumeError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -57,9 +90,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Volumes {
     /// Opens the state directory (which must be canonical) and loads every record.
-    pub fn open(state_dir: &Path, total: Option<u64>) -> Result<Arc<Self>, StoreError> {
+    pub fn open(state_dir: &Path, total: Option<u64>) -> Result<Arc<Self>, VolumeError> {
         let data_dir = state_dir.join("volumes");
-        std::fs::create_dir_all(&data_dir).map_err(at("create", &data_dir))?;
+        std::fs::create_dir_all(&data_dir).map_err(io("create", &data_dir))?;
         let (store, loaded) = Store::open(state_dir.join("meta"))?;
         log::info!(
             "loaded {} volume record(s) from {}",
@@ -88,12 +121,12 @@ impl Volumes {
         self.data_dir.join(id)
     }
 
-    /// Starts an operation on `key`, or refuses with ABORTED if one is running.
-    pub fn lock(self: &Arc<Self>, key: &str) -> Result<Busy, Status> {
+    /// Starts an operation on `key`, or refuses at once if one is running.
+    pub fn lock(self: &Arc<Self>, key: &str) -> Result<Busy, VolumeError> {
         if !self.inner().busy.insert(key.to_owned()) {
-            return Err(Status::aborted(format!(
-                "an operation on {key} is already in progress"
-            )));
+            return Err(VolumeError::Busy {
+                key: key.to_owned(),
+            });
         }
         Ok(Busy {
             volumes: Arc::clone(self),
@@ -105,10 +138,10 @@ impl Volumes {
         self.inner().records.get(id).cloned()
     }
 
-    /// A volume, or NOT_FOUND.
-    pub fn known(&self, id: &str) -> Result<Record, Status> {
+    /// A volume that must exist.
+    pub fn known(&self, id: &str) -> Result<Record, VolumeError> {
         self.get(id)
-            .ok_or_else(|| Status::not_found(format!("volume {id} does not exist")))
+            .ok_or_else(|| VolumeError::NotFound { id: id.to_owned() })
     }
 
     pub fn find_name(&self, name: &str) -> Option<Record> {
@@ -129,11 +162,11 @@ impl Volumes {
     }
 
     /// Bytes still free for new volumes.
-    pub fn available(&self) -> Result<u64, Status> {
+    pub fn available(&self) -> Result<u64, VolumeError> {
         let allocated =
             (self.inner().records.values()).fold(0u64, |sum, r| sum.saturating_add(r.capacity));
         capacity::available(self.total, allocated, &self.data_dir)
-            .map_err(|e| Status::internal(format!("measure free space: {e}")))
+            .map_err(io("measure free space of", &self.data_dir))
     }
 
     /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
@@ -158,28 +191,28 @@ impl Volumes {
         }
     }
 
-    /// Creates a volume's directory and record if its size fits; otherwise RESOURCE_EXHAUSTED.
-    /// The caller holds the lock on the ID or name.
-    pub fn create(&self, record: Record) -> Result<Record, Status> {
+    /// Creates a volume's directory and record if its size fits. The caller holds the lock on
+    /// the ID or name.
+    pub fn create(&self, record: Record) -> Result<Record, VolumeError> {
         let _provisioning = lock(&self.provisioning);
         let available = self.available()?;
         if record.capacity > available {
-            return Err(Status::resource_exhausted(format!(
-                "{} bytes asked for, {available} available",
-                record.capacity
-            )));
+            return Err(VolumeError::NoSpace {
+                asked: record.capacity,
+                available,
+            });
         }
         let dir = self.path_of(&record.id);
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             // Left by a crash between mkdir and the record: the same volume, still empty.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Status::internal(format!("create {}: {e}", dir.display()))),
+            Err(e) => return Err(io("create", &dir)(e)),
         }
         // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
         // the group when the CO asks.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| Status::internal(format!("set mode of {}: {e}", dir.display())))?;
+            .map_err(io("set mode of", &dir))?;
         // The directory must be durable before the record that promises it.
         sync_dir(&self.data_dir)?;
         self.store.save(&record)?;
@@ -195,16 +228,14 @@ impl Volumes {
         Ok(record)
     }
 
-    /// Grows a volume's accounted size; OUT_OF_RANGE if the growth does not fit.
-    pub fn resize(&self, id: &str, capacity: u64) -> Result<Record, Status> {
+    /// Grows a volume's accounted size, if the growth fits.
+    pub fn resize(&self, id: &str, capacity: u64) -> Result<Record, VolumeError> {
         let _provisioning = lock(&self.provisioning);
         let mut record = self.known(id)?;
         let growth = capacity.saturating_sub(record.capacity);
         let available = self.available()?;
         if growth > available {
-            return Err(Status::out_of_range(format!(
-                "growing by {growth} bytes does not fit: {available} available"
-            )));
+            return Err(VolumeError::NoRoomToGrow { growth, available });
         }
         record.capacity = capacity;
         self.store.save(&record)?;
@@ -213,22 +244,21 @@ impl Volumes {
         Ok(record)
     }
 
-    /// Deletes a volume's data and then its record, refusing (FAILED_PRECONDITION) while
-    /// anything is mounted on or from its directory. A crash in between leaves a record
-    /// without data, which the next DeleteVolume finishes. The caller holds the volume lock.
-    pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), Status> {
+    /// Deletes a volume's data and then its record, refusing while anything is mounted on or
+    /// from its directory. A crash in between leaves a record without data, which the next
+    /// DeleteVolume finishes. The caller holds the volume lock.
+    pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), VolumeError> {
         let dir = self.path_of(id);
         if dir.exists() {
-            if let Some(user) = publish::first_user(table, &dir)? {
-                return Err(Status::failed_precondition(format!(
-                    "volume {id} is in use: mounted at {}",
-                    user.display()
-                )));
+            if let Some(at) = publish::first_user(table, &dir)? {
+                return Err(VolumeError::InUse {
+                    id: id.to_owned(),
+                    at,
+                });
             }
             // remove_dir_all does not follow symlinks inside the tree (it works through
             // directory descriptors), so a link to elsewhere is removed, not its target.
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| Status::internal(format!("remove {}: {e}", dir.display())))?;
+            std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
             // Durably gone before the record goes, so a crash cannot leave unlisted data.
             sync_dir(&self.data_dir)?;
         }
@@ -240,17 +270,15 @@ impl Volumes {
 
     /// Gives the volume to `gid` (the CSI `volume_mount_group`), group-writable and setgid
     /// so files created in it inherit the group, as Kubernetes does for `fsGroup`.
-    pub fn set_group(&self, id: &str, gid: u32) -> Result<(), Status> {
+    pub fn set_group(&self, id: &str, gid: u32) -> Result<(), VolumeError> {
         let dir = self.path_of(id);
-        let fail = |e: std::io::Error| {
-            Status::internal(format!("set group {gid} on {}: {e}", dir.display()))
-        };
-        std::os::unix::fs::lchown(&dir, None, Some(gid)).map_err(fail)?;
+        std::os::unix::fs::lchown(&dir, None, Some(gid)).map_err(io("set the group of", &dir))?;
         let mode = std::fs::symlink_metadata(&dir)
-            .map_err(fail)?
+            .map_err(io("inspect", &dir))?
             .permissions()
             .mode();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o2070)).map_err(fail)
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o2070))
+            .map_err(io("make group-writable and setgid", &dir))
     }
 }
 

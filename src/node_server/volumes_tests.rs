@@ -1,5 +1,3 @@
-use tonic::Code;
-
 use super::*;
 use crate::node_server::mount::fake::RecordingMounter;
 use crate::node_server::mount::{MountOptions, Mounter};
@@ -24,7 +22,7 @@ fn record(id: &str, capacity: u64) -> Record {
 fn a_second_operation_on_a_busy_volume_is_aborted_until_the_first_ends() {
     let (_dir, volumes) = open(None);
     let first = volumes.lock("v1").unwrap();
-    assert_eq!(volumes.lock("v1").unwrap_err().code(), Code::Aborted);
+    assert!(matches!(volumes.lock("v1"), Err(VolumeError::Busy { .. })));
     let _other = volumes.lock("v2").expect("other volumes are not blocked");
     drop(first);
     volumes.lock("v1").expect("released on drop");
@@ -47,14 +45,29 @@ fn capacity_is_spent_by_creates_and_growth_and_refused_beyond_the_total() {
     let (_dir, volumes) = open(Some(100));
     volumes.create(record("a", 60)).unwrap();
     let err = volumes.create(record("b", 50)).unwrap_err();
-    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(
+        matches!(
+            err,
+            VolumeError::NoSpace {
+                asked: 50,
+                available: 40
+            }
+        ),
+        "{err}"
+    );
     assert!(!volumes.path_of("b").exists());
     assert_eq!(volumes.resize("a", 100).unwrap().capacity, 100);
-    assert_eq!(
-        volumes.resize("a", 101).unwrap_err().code(),
-        Code::OutOfRange
-    );
-    assert_eq!(volumes.resize("zz", 1).unwrap_err().code(), Code::NotFound);
+    assert!(matches!(
+        volumes.resize("a", 101),
+        Err(VolumeError::NoRoomToGrow {
+            growth: 1,
+            available: 0
+        })
+    ));
+    assert!(matches!(
+        volumes.resize("zz", 1),
+        Err(VolumeError::NotFound { .. })
+    ));
 }
 
 #[test]
@@ -93,7 +106,10 @@ fn a_volume_mounted_elsewhere_is_not_deleted_and_keeps_its_data() {
         .unwrap();
     let table = mounter.mount_table().unwrap();
     let err = volumes.delete("v1", &table).unwrap_err();
-    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        matches!(&err, VolumeError::InUse { at, .. } if at == staging.path()),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&data).unwrap(), b"precious");
     mounter.unmount(staging.path()).unwrap();
     volumes

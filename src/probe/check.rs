@@ -9,7 +9,35 @@ use crate::proto::csi::{ProbeRequest, identity_client::IdentityClient};
 pub const PROBE: &str = "/csi.v1.Identity/Probe";
 
 /// Why the driver is not healthy; the text is what `/healthz` and `probe once` report.
-pub const NOT_READY: &str = "driver responded but is not ready";
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Dial(#[from] crate::socket::DialError),
+    /// The call failed: grpc-go's text, as upstream reports it.
+    #[error("{}", crate::gocompat::status_with_cause(.0))]
+    Call(#[source] tonic::Status),
+    #[error("driver responded but is not ready")]
+    NotReady,
+    /// The shared probe task ended without a result (it panicked).
+    #[error("probe task ended without a result")]
+    Lost,
+}
+
+/// Connects to the driver at `address` within `deadline`.
+pub async fn connect(
+    address: &std::path::Path,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+) -> Result<tonic::transport::Channel, ProbeError> {
+    match tokio::time::timeout_at(deadline, crate::socket::connect(address)).await {
+        Ok(connected) => Ok(connected?),
+        Err(_) => Err(crate::socket::DialError::TimedOut {
+            path: address.to_owned(),
+            limit: timeout,
+        }
+        .into()),
+    }
+}
 
 /// Calls Probe on `channel` within `timeout`, recording the call in `metrics` if given.
 pub async fn probe(
@@ -17,7 +45,7 @@ pub async fn probe(
     timeout: Duration,
     driver: &str,
     metrics: Option<&Metrics>,
-) -> Result<(), String> {
+) -> Result<(), ProbeError> {
     let started = Instant::now();
     // The deadline is enforced here, not sent as grpc-timeout: tonic reports its own expiry
     // as CANCELLED, and the code must read DEADLINE_EXCEEDED as Go clients report it.
@@ -37,27 +65,8 @@ pub async fn probe(
         metrics.observe(driver, PROBE, code, started.elapsed());
     }
     match reply {
-        Ok(reply) if reply.get_ref().ready == Some(false) => Err(NOT_READY.to_owned()),
+        Ok(reply) if reply.get_ref().ready == Some(false) => Err(ProbeError::NotReady),
         Ok(_) => Ok(()),
-        Err(status) => Err(describe(&status)),
+        Err(status) => Err(ProbeError::Call(status)),
     }
-}
-
-/// A gRPC failure on one line, in the shape Go's status errors print.
-pub fn describe(status: &tonic::Status) -> String {
-    let mut message = status.message().to_owned();
-    if let Some(source) = std::error::Error::source(status) {
-        let cause = crate::socket::error_chain(source);
-        if !message.contains(&cause) {
-            message = if message.is_empty() {
-                cause
-            } else {
-                format!("{message}: {cause}")
-            };
-        }
-    }
-    format!(
-        "rpc error: code = {} desc = {message}",
-        crate::metrics::go_code_name(status.code())
-    )
 }

@@ -64,8 +64,8 @@ pub fn run(args: Args) -> Result<(), BoxError> {
         Some(Command::Once(args)) => once::run(args),
         Some(Command::Registration(args)) => registration::run(args),
         Some(Command::Kubelet(args)) => kubelet::run(args),
-        None => Err(UsageError(
-            "a subcommand is required: serve, once, registration or kubelet".into(),
+        None => Err(UsageError::new(
+            "a subcommand is required: serve, once, registration or kubelet",
         )
         .into()),
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use argh::{ArgsInfo, FromArgs};
 
 use super::check;
-use crate::duration::GoDuration;
+use crate::gocompat::GoDuration;
 use crate::{BoxError, logging, socket};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
@@ -39,15 +39,7 @@ pub fn run(args: Args) -> Result<(), BoxError> {
         .build()?;
     runtime.block_on(async {
         let deadline = tokio::time::Instant::now() + timeout;
-        let channel = tokio::time::timeout_at(deadline, socket::connect(&address))
-            .await
-            .map_err(|_| {
-                format!(
-                    "connect to {}: no answer within {timeout:?}",
-                    address.display()
-                )
-            })?
-            .map_err(|e| format!("connect to {}: {e}", address.display()))?;
+        let channel = check::connect(&address, deadline, timeout).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         check::probe(channel, left, "", None).await?;
         log::debug!("driver at {} is ready", address.display());

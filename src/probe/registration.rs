@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 
-use crate::duration::GoDuration;
+use crate::gocompat::GoDuration;
 use crate::{BoxError, logging};
 
 #[derive(FromArgs, ArgsInfo, Debug)]

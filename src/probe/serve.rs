@@ -11,8 +11,8 @@ use argh::{ArgsInfo, FromArgs};
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
-use super::check;
-use crate::duration::GoDuration;
+use super::check::{self, ProbeError};
+use crate::gocompat::GoDuration;
 use crate::http::Reply;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -51,7 +51,7 @@ pub struct Args {
     pub version: bool,
 }
 
-type Outcome = Option<Result<(), String>>;
+type Outcome = Option<Result<(), Arc<ProbeError>>>;
 
 /// The driver connection and the probe in flight, shared by every HTTP request.
 pub struct Prober {
@@ -79,16 +79,12 @@ impl Prober {
     }
 
     /// The one connection, dialled on first use (tonic re-dials it after failures).
-    async fn channel(&self, deadline: Instant) -> Result<tonic::transport::Channel, String> {
+    async fn channel(&self, deadline: Instant) -> Result<tonic::transport::Channel, ProbeError> {
         let mut slot = self.channel.lock().await;
         if let Some(channel) = slot.as_ref() {
             return Ok(channel.clone());
         }
-        let address = self.address.display();
-        let channel = tokio::time::timeout_at(deadline, socket::connect(&self.address))
-            .await
-            .map_err(|_| format!("connect to {address}: no answer within {:?}", self.timeout))?
-            .map_err(|e| format!("connect to {address}: {e}"))?;
+        let channel = check::connect(&self.address, deadline, self.timeout).await?;
         *slot = Some(channel.clone());
         Ok(channel)
     }
@@ -119,7 +115,7 @@ impl Prober {
     }
 
     /// One probe under one deadline for connecting and calling Probe, as upstream.
-    async fn probe_now(self: &Arc<Self>) -> Result<(), String> {
+    async fn probe_now(self: &Arc<Self>) -> Result<(), ProbeError> {
         let deadline = Instant::now() + self.timeout;
         let channel = self.channel(deadline).await?;
         self.learn_driver_name(channel.clone());
@@ -133,7 +129,7 @@ impl Prober {
     }
 
     /// Probes the driver; callers arriving while a probe runs share its result.
-    pub async fn probe(self: &Arc<Self>) -> Result<(), String> {
+    pub async fn probe(self: &Arc<Self>) -> Result<(), Arc<ProbeError>> {
         let mut receiver = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             match in_flight.as_ref() {
@@ -143,7 +139,7 @@ impl Prober {
                     *in_flight = Some(receiver.clone());
                     let prober = self.clone();
                     tokio::spawn(async move {
-                        let outcome = prober.probe_now().await;
+                        let outcome = prober.probe_now().await.map_err(Arc::new);
                         *prober.in_flight.lock().unwrap_or_else(|p| p.into_inner()) = None;
                         sender.send_replace(Some(outcome));
                     });
@@ -152,10 +148,8 @@ impl Prober {
             }
         };
         match receiver.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome
-                .clone()
-                .unwrap_or_else(|| Err("probe vanished".into())),
-            Err(_) => Err("probe task ended without a result".into()),
+            Ok(outcome) => outcome.clone().unwrap_or(Err(Arc::new(ProbeError::Lost))),
+            Err(_) => Err(Arc::new(ProbeError::Lost)),
         }
     }
 }
@@ -170,7 +164,7 @@ async fn answer(prober: Arc<Prober>, metrics_path: Arc<str>, path: String) -> Re
             }
             Err(reason) => {
                 log::debug!("health check failed: {reason}");
-                Reply::text(500, reason)
+                Reply::text(500, reason.to_string())
             }
         };
     }

@@ -1,5 +1,6 @@
 //! `/healthz` (upstream's semantics), `/readyz` (registered or not, and why) and `/metrics`.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ impl Handler {
                 500,
                 format!("registration socket answers for driver {name:?}, expected {driver:?}"),
             ),
-            Err(e) => Reply::text(500, e),
+            Err(e) => Reply::text(500, e.to_string()),
         }
     }
 
@@ -87,24 +88,40 @@ impl Handler {
     }
 }
 
+/// Why our own registration socket failed the check `/healthz` makes.
+#[derive(Debug, thiserror::Error)]
+enum SelfCheckError {
+    #[error(transparent)]
+    Dial(#[from] crate::socket::DialError),
+    #[error("GetInfo on {}: {}", socket.display(), status.message())]
+    Call {
+        socket: PathBuf,
+        #[source]
+        status: tonic::Status,
+    },
+    #[error("GetInfo on {}: no answer within {timeout:?}", socket.display())]
+    TimedOut { socket: PathBuf, timeout: Duration },
+}
+
 /// Calls GetInfo on our own registration socket, as the kubelet would.
-async fn self_check(socket: &std::path::Path, timeout: Duration) -> Result<String, String> {
+async fn self_check(socket: &Path, timeout: Duration) -> Result<String, SelfCheckError> {
     let call = async {
-        let channel = crate::socket::connect(socket)
-            .await
-            .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
+        let channel = crate::socket::connect(socket).await?;
         let info = RegistrationClient::new(channel)
             .get_info(InfoRequest {})
             .await
-            .map_err(|s| format!("GetInfo on {}: {}", socket.display(), s.message()))?;
+            .map_err(|status| SelfCheckError::Call {
+                socket: socket.to_owned(),
+                status,
+            })?;
         Ok(info.into_inner().name)
     };
     tokio::time::timeout(timeout, call)
         .await
         .unwrap_or_else(|_| {
-            Err(format!(
-                "GetInfo on {}: no answer within {timeout:?}",
-                socket.display()
-            ))
+            Err(SelfCheckError::TimedOut {
+                socket: socket.to_owned(),
+                timeout,
+            })
         })
 }

@@ -14,7 +14,7 @@ use argh::{ArgsInfo, FromArgs};
 
 pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 
-use crate::duration::GoDuration;
+use crate::gocompat::GoDuration;
 use crate::shutdown::Shutdown;
 use crate::{BoxError, UsageError, logging, socket};
 
@@ -107,20 +107,20 @@ impl Config {
                 );
                 return Ok(None);
             }
-            other => return Err(UsageError(format!("unknown --mode {other:?}")).into()),
+            other => return Err(UsageError::new(format!("unknown --mode {other:?}")).into()),
         }
         let Some(kubelet_registration_path) =
             args.kubelet_registration_path.filter(|p| !p.is_empty())
         else {
-            return Err(UsageError("--kubelet-registration-path is required".into()).into());
+            return Err(UsageError::new("--kubelet-registration-path is required").into());
         };
         let http_endpoint = match (args.http_endpoint.is_empty(), args.health_port) {
             (true, 0) => None,
             (false, 0) => Some(args.http_endpoint),
             (true, port) => Some(format!(":{port}")),
             (false, _) => {
-                return Err(UsageError(
-                    "only one of --http-endpoint and --health-port may be set".into(),
+                return Err(UsageError::new(
+                    "only one of --http-endpoint and --health-port may be set",
                 )
                 .into());
             }

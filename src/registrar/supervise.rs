@@ -12,6 +12,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use super::Config;
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 use crate::BoxError;
+use crate::backoff::Doubling;
 use crate::metrics::Metrics;
 use crate::proto::csi::identity_client::IdentityClient;
 use crate::proto::registration::registration_server::RegistrationServer;
@@ -29,10 +30,6 @@ const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping registration server may take to finish its calls.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 const GET_PLUGIN_INFO: &str = "/csi.v1.Identity/GetPluginInfo";
-
-fn doubled(delay: Duration, max: Duration) -> Duration {
-    (delay * 2).min(max)
-}
 
 /// Sleeps unless shutdown begins first; returns false on shutdown.
 async fn sleep_or_stop(delay: Duration, shutdown: &Shutdown) -> bool {
@@ -157,8 +154,9 @@ impl Supervisor {
             dialled = socket::dial(&config.csi_address, attempt_timeout, give_up) => dialled?,
         };
         let mut client = IdentityClient::new(channel);
-        let mut delay = FIRST_BACKOFF;
+        let mut backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
         loop {
+            let delay = backoff.next_delay();
             // Read before asking: a restart during the call then shows as a change later.
             let socket = socket::identity_of(&config.csi_address);
             let asked = Instant::now();
@@ -189,7 +187,7 @@ impl Supervisor {
                 }
                 Err(status) => log::warn!(
                     "GetPluginInfo on {address}: {}: {}; retrying in {delay:?}",
-                    crate::metrics::go_code_name(status.code()),
+                    crate::gocompat::code_name(status.code()),
                     status.message()
                 ),
             }
@@ -200,7 +198,6 @@ impl Supervisor {
             if !sleep_or_stop(delay, &self.shutdown).await {
                 return Ok(None);
             }
-            delay = doubled(delay, MAX_DRIVER_BACKOFF);
         }
     }
 
@@ -214,8 +211,8 @@ impl Supervisor {
             self.config.csi_address.display(),
             path.display()
         );
-        let mut reject_backoff = FIRST_BACKOFF;
-        let mut bind_backoff = FIRST_BACKOFF;
+        let mut reject_backoff = Doubling::new(FIRST_BACKOFF, MAX_REJECT_BACKOFF);
+        let mut bind_backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
         loop {
             if self.shutdown.is_started() {
                 return Ok(Next::Shutdown);
@@ -232,20 +229,20 @@ impl Supervisor {
                     return Err(e.into());
                 }
                 Err(e) => {
+                    let pause = bind_backoff.next_delay();
                     log::error!(
-                        "cannot create the registration socket: {e}; retrying in {bind_backoff:?}"
+                        "cannot create the registration socket: {e}; retrying in {pause:?}"
                     );
                     self.tracker.record_error(&e.to_string());
                     self.tracker.set_phase(Phase::Recreating(e.to_string()));
-                    if !sleep_or_stop(bind_backoff, &self.shutdown).await {
+                    if !sleep_or_stop(pause, &self.shutdown).await {
                         return Ok(Next::Shutdown);
                     }
-                    bind_backoff = doubled(bind_backoff, MAX_DRIVER_BACKOFF);
                     continue;
                 }
             };
             self.served_once = true;
-            bind_backoff = FIRST_BACKOFF;
+            bind_backoff.reset();
             self.tracker.socket_created(&driver.name, &path);
             let next = self.watch(&served, driver, &mut reject_backoff).await;
             served.stop().await;
@@ -262,7 +259,7 @@ impl Supervisor {
         &mut self,
         served: &Served,
         driver: &Driver,
-        reject_backoff: &mut Duration,
+        reject_backoff: &mut Doubling,
     ) -> Next {
         let address = &self.config.csi_address;
         let mut driver_gone = false;
@@ -278,14 +275,13 @@ impl Supervisor {
                     }
                     if verdict.registered {
                         self.tracker.set_phase(Phase::Registered);
-                        *reject_backoff = FIRST_BACKOFF;
+                        reject_backoff.reset();
                         continue;
                     }
-                    let pause = *reject_backoff;
+                    let pause = reject_backoff.next_delay();
                     log::warn!("re-creating the registration socket in {pause:?} so the kubelet tries again");
                     self.tracker.record_error(&verdict.error);
                     self.tracker.set_phase(Phase::Rejected(verdict.error));
-                    *reject_backoff = doubled(pause, MAX_REJECT_BACKOFF);
                     return Next::Recreate(pause);
                 }
                 _ = ticker.tick() => {

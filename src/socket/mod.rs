@@ -12,56 +12,40 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 mod dial;
-pub use dial::{connect, dial, error_chain};
+pub use dial::{DialError, connect, dial};
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.
 pub const MAX_PATH_BYTES: usize = 107;
 
 /// Everything that can go wrong in this module; each variant names the path involved.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SocketError {
+    #[error("socket address is empty")]
     EmptyAddress,
+    #[error("socket address {0:?} is not an absolute path")]
     Relative(String),
-    TooLong {
-        path: PathBuf,
-        len: usize,
-    },
+    #[error(
+        "socket path {} is {len} bytes; a Unix socket path holds at most {MAX_PATH_BYTES}",
+        path.display()
+    )]
+    TooLong { path: PathBuf, len: usize },
+    #[error("socket {} is in use by another process", .0.display())]
     InUse(PathBuf),
-    NotASocket {
-        path: PathBuf,
-        kind: &'static str,
-    },
+    #[error(
+        "{} exists and is a {kind}, not a socket; refusing to replace it",
+        path.display()
+    )]
+    NotASocket { path: PathBuf, kind: &'static str },
+    #[error("invalid socket mode {0:?}: expected octal such as 0660")]
+    BadMode(String),
+    #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
+        #[source]
         source: io::Error,
     },
 }
-
-impl std::fmt::Display for SocketError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::EmptyAddress => write!(f, "socket address is empty"),
-            Self::Relative(a) => write!(f, "socket address {a:?} is not an absolute path"),
-            Self::TooLong { path, len } => write!(
-                f,
-                "socket path {} is {len} bytes; a Unix socket path holds at most {MAX_PATH_BYTES}",
-                path.display()
-            ),
-            Self::InUse(p) => write!(f, "socket {} is in use by another process", p.display()),
-            Self::NotASocket { path, kind } => {
-                write!(
-                    f,
-                    "{} exists and is a {kind}, not a socket; refusing to replace it",
-                    path.display()
-                )
-            }
-            Self::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
-        }
-    }
-}
-
-impl std::error::Error for SocketError {}
 
 pub(crate) fn io_err<'a>(
     op: &'static str,
@@ -111,13 +95,11 @@ pub struct Permissions {
 }
 
 /// Parses an octal mode as given to `--socket-mode` ("0660", "660", "0o660").
-fn parse_mode(text: &str) -> Result<u32, String> {
+fn parse_mode(text: &str) -> Result<u32, SocketError> {
     let digits = text.strip_prefix("0o").unwrap_or(text);
     match u32::from_str_radix(digits, 8) {
         Ok(mode) if mode <= 0o7777 => Ok(mode),
-        _ => Err(format!(
-            "invalid socket mode {text:?}: expected octal such as 0660"
-        )),
+        _ => Err(SocketError::BadMode(text.to_owned())),
     }
 }
 
@@ -127,8 +109,8 @@ fn parse_mode(text: &str) -> Result<u32, String> {
 pub struct SocketMode(pub u32);
 
 impl std::str::FromStr for SocketMode {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = SocketError;
+    fn from_str(text: &str) -> Result<Self, SocketError> {
         parse_mode(text).map(SocketMode)
     }
 }
@@ -424,9 +406,9 @@ mod tests {
 
     #[test]
     fn socket_modes_parse_as_octal() {
-        assert_eq!(parse_mode("0660"), Ok(0o660));
-        assert_eq!(parse_mode("700"), Ok(0o700));
-        assert_eq!(parse_mode("0o755"), Ok(0o755));
+        assert_eq!(parse_mode("0660").unwrap(), 0o660);
+        assert_eq!(parse_mode("700").unwrap(), 0o700);
+        assert_eq!(parse_mode("0o755").unwrap(), 0o755);
         assert!(parse_mode("rw").is_err() && parse_mode("99").is_err());
     }
 }

@@ -5,25 +5,34 @@
 
 use std::time::{Duration, Instant};
 
+use crate::backoff::Doubling;
+
 pub const INITIAL: Duration = Duration::from_millis(500);
 pub const MAX: Duration = Duration::from_secs(122);
 
 /// The back-off state of one socket path.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// How long after the last failure retries stay refused; zero before the first failure.
     pub wait: Duration,
+    delays: Doubling,
     last_failure: Option<Instant>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            wait: Duration::ZERO,
+            delays: Doubling::new(INITIAL, MAX),
+            last_failure: None,
+        }
+    }
 }
 
 impl Backoff {
     /// Records a failure at `now`: the first waits 500 ms, each next one twice as long.
     pub fn record_failure(&mut self, now: Instant) {
-        self.wait = if self.wait.is_zero() {
-            INITIAL
-        } else {
-            (self.wait * 2).min(MAX)
-        };
+        self.wait = self.delays.next_delay();
         self.last_failure = Some(now);
     }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 
-use super::gofmt::quote;
+use crate::gocompat::quote;
 
 /// The Node annotation holding a JSON map of driver name → node ID.
 pub const NODE_ID_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";

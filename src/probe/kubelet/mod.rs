@@ -9,11 +9,9 @@
 //! - [`csinode`] — the Node annotation, topology labels and the CSINode object.
 //! - [`backoff`] — 500 ms doubling to 2 m 2 s, per socket path.
 //! - [`report`] — events and the `--once` report, as text or JSON.
-//! - [`gofmt`] — Go's quoting and gRPC error texts, so our texts match the kubelet's.
 
 pub mod backoff;
 pub mod csinode;
-pub mod gofmt;
 pub mod reconciler;
 pub mod register;
 pub mod report;
@@ -132,7 +130,7 @@ pub async fn once(config: Config) -> Result<Report, BoxError> {
 
 /// Runs the emulator as the command line asked.
 pub fn run(args: Args) -> Result<(), BoxError> {
-    let output: Output = args.output.parse().map_err(UsageError)?;
+    let output: Output = args.output.parse().map_err(UsageError::new)?;
     let config = Config {
         registry: args.plugins_registry,
         host_root: args.host_root,

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::time::timeout;
 use tonic::transport::Channel;
 
-use super::gofmt::{self, DEADLINE_EXCEEDED};
 use super::reconciler::{Registered, Shared};
 use super::report::{Failure, Registration};
 use super::validate::{validate_plugin, validate_versions};
+use crate::gocompat::{self, DEADLINE_EXCEEDED};
 use crate::proto::csi::node_client::NodeClient;
 use crate::proto::csi::{NodeGetInfoRequest, NodeGetInfoResponse};
 use crate::proto::registration::registration_client::RegistrationClient;
@@ -35,7 +35,7 @@ async fn call<T>(
 ) -> Result<T, String> {
     match timeout(limit, request).await {
         Ok(Ok(response)) => Ok(response.into_inner()),
-        Ok(Err(status)) => Err(gofmt::status(&status)),
+        Ok(Err(status)) => Err(gocompat::status(&status)),
         Err(_) => Err(DEADLINE_EXCEEDED.to_owned()),
     }
 }
@@ -218,14 +218,11 @@ fn endpoint_path(host_root: Option<&Path>, endpoint: &str, given: &str) -> PathB
 /// The CSI client's NodeGetInfo: one connection attempt, then the call, within 2 minutes.
 async fn node_get_info(path: &Path) -> Result<NodeGetInfoResponse, String> {
     let attempt = async {
-        // A first plain connect gives the errno for grpc-go's dial error text; tonic's
-        // connector error does not carry it.
-        if let Err(e) = tokio::net::UnixStream::connect(path).await {
-            return Err(gofmt::dial_error(path, &e));
-        }
-        let channel = socket::connect(path)
-            .await
-            .map_err(|e| gofmt::dial_error(path, &e))?;
+        let channel = socket::connect(path).await.map_err(|e| match e {
+            // The errno is what grpc-go's dial error text is made of.
+            socket::DialError::Connect { source, .. } => gocompat::dial_error(path, &source),
+            other => gocompat::dial_error(path, &std::io::Error::other(other.to_string())),
+        })?;
         log::trace!("NodeGetInfo on {}", path.display());
         call(
             NODE_GET_INFO_TIMEOUT,

@@ -16,15 +16,18 @@ pub enum Output {
     Json,
 }
 
+/// An `--output` we do not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown output format {0:?}: expected text or json")]
+pub struct UnknownOutput(pub String);
+
 impl std::str::FromStr for Output {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = UnknownOutput;
+    fn from_str(text: &str) -> Result<Self, UnknownOutput> {
         match text {
             "text" => Ok(Self::Text),
             "json" => Ok(Self::Json),
-            other => Err(format!(
-                "unknown output format {other:?}: expected text or json"
-            )),
+            other => Err(UnknownOutput(other.to_owned())),
         }
     }
 }
@@ -313,7 +316,13 @@ mod tests {
     fn output_formats_parse_and_unknown_ones_are_named() {
         assert_eq!("json".parse::<Output>(), Ok(Output::Json));
         assert_eq!("text".parse::<Output>(), Ok(Output::Text));
-        assert!("yaml".parse::<Output>().unwrap_err().contains("\"yaml\""));
+        assert!(
+            "yaml"
+                .parse::<Output>()
+                .unwrap_err()
+                .to_string()
+                .contains("\"yaml\"")
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use super::gofmt::{list, quote, quoted_list};
+use crate::gocompat::{list, quote, quoted_list};
 
 /// Every error of the CSI plugin handler starts with the in-tree plugin's name.
 const CSI_PREFIX: &str = "kubernetes.io/csi: ";

@@ -1,0 +1,377 @@
+//! The plugin itself, below the gRPC handlers: its configuration, its volumes and its mounter,
+//! and every operation the Node and Controller services perform on them. Operations block
+//! (syscalls, fsync); handlers run them through [`Driver::locked`], the one way to take a
+//! volume's lock and do blocking work while holding it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::ephemeral;
+use super::error::{ControllerError, NodeError, WorkerError};
+use super::mount::{MountOptions, Mounter};
+use super::publish::{self, Publication};
+use super::volumes::{Record, VolumeError, Volumes};
+use super::{Config, ConfigError, capacity, validate};
+use crate::proto::csi::{Topology, Volume};
+
+/// State shared by the Node, Controller and Identity services.
+pub struct Driver {
+    /// As given, except that `state_dir` is canonical: mount points in mountinfo are.
+    pub(super) config: Config,
+    pub(super) volumes: Arc<Volumes>,
+    pub(super) mounter: Arc<dyn Mounter>,
+}
+
+/// Why the plugin could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{op} state directory {}: {source}", path.display())]
+    StateDir {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Volumes(#[from] VolumeError),
+}
+
+/// A NodePublishVolume request after validation.
+#[derive(Debug)]
+pub struct PublishRequest {
+    pub id: String,
+    pub target: PathBuf,
+    /// `None` only for an ephemeral volume, which is not staged.
+    pub staging: Option<PathBuf>,
+    pub options: MountOptions,
+    /// SINGLE_NODE_SINGLE_WRITER.
+    pub exclusive: bool,
+    pub group: Option<u32>,
+    /// The volume context of an ephemeral inline volume.
+    pub ephemeral: Option<std::collections::HashMap<String, String>>,
+}
+
+/// What NodeGetVolumeStats reports: the filesystem's figures (if the directory is there) and,
+/// when the volume is not healthy at the path, why.
+pub struct Stats {
+    pub statvfs: Option<nix::sys::statvfs::Statvfs>,
+    pub abnormal: Option<String>,
+}
+
+impl Driver {
+    /// Opens the state directory (creating it), loads every volume record, and checks the
+    /// configuration.
+    pub fn open(mut config: Config, mounter: Arc<dyn Mounter>) -> Result<Self, OpenError> {
+        config.check()?;
+        let dir = &config.state_dir;
+        let fail = |op| {
+            move |source| OpenError::StateDir {
+                op,
+                path: dir.clone(),
+                source,
+            }
+        };
+        std::fs::create_dir_all(dir).map_err(fail("create"))?;
+        let canonical = dir.canonicalize().map_err(fail("resolve"))?;
+        config.state_dir = canonical;
+        let volumes = Volumes::open(&config.state_dir, config.capacity)?;
+        Ok(Self {
+            config,
+            volumes,
+            mounter,
+        })
+    }
+
+    /// Takes the lock on `key` (a volume ID, or `name/<name>`), then runs `work` on the
+    /// blocking pool while holding it; a second call on the same key meanwhile is refused.
+    pub async fn locked<T, E>(
+        self: &Arc<Self>,
+        key: &str,
+        work: impl FnOnce(&Driver) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<VolumeError> + From<WorkerError> + Send + 'static,
+    {
+        let busy = self.volumes.lock(key)?;
+        self.unlocked(move |driver| {
+            let _busy = busy;
+            work(driver)
+        })
+        .await
+    }
+
+    /// Runs `work` on the blocking pool without a lock: for reads that change nothing.
+    pub async fn unlocked<T, E>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Driver) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<WorkerError> + Send + 'static,
+    {
+        let driver = Arc::clone(self);
+        tokio::task::spawn_blocking(move || work(&driver))
+            .await
+            .map_err(|e| E::from(WorkerError(e)))?
+    }
+
+    fn topology_key(&self) -> String {
+        format!("topology.{}/node", self.config.driver_name)
+    }
+
+    /// This node as a topology segment: local volumes are reachable only here.
+    pub fn topology(&self) -> Topology {
+        Topology {
+            segments: [(self.topology_key(), self.config.node_id.clone())].into(),
+        }
+    }
+
+    /// Whether a topology from a request can be this node (a missing key does not exclude).
+    pub fn matches(&self, topology: &Topology) -> bool {
+        topology
+            .segments
+            .get(&self.topology_key())
+            .is_none_or(|node| *node == self.config.node_id)
+    }
+
+    /// A record as the CO sees it: pinned to this node.
+    pub fn volume(&self, record: &Record) -> Volume {
+        Volume {
+            capacity_bytes: i64::try_from(record.capacity).unwrap_or(i64::MAX),
+            volume_id: record.id.clone(),
+            volume_context: Default::default(),
+            content_source: None,
+            accessible_topology: vec![self.topology()],
+        }
+    }
+
+    /// A mount point from a request, resolved; refused inside or above the state directory,
+    /// where a mount could cover or be deleted with volume data.
+    fn mount_point(&self, field: &'static str, path: &Path) -> Result<Option<PathBuf>, NodeError> {
+        let resolved = publish::resolve(field, path)?;
+        let state_dir = &self.config.state_dir;
+        if let Some(real) = &resolved
+            && (real.starts_with(state_dir) || state_dir.starts_with(real))
+        {
+            return Err(NodeError::OverlapsState {
+                field,
+                path: path.to_owned(),
+                state_dir: state_dir.clone(),
+            });
+        }
+        Ok(resolved)
+    }
+
+    /// A mount point whose parent must exist.
+    fn existing_mount_point(&self, field: &'static str, path: &Path) -> Result<PathBuf, NodeError> {
+        self.mount_point(field, path)?
+            .ok_or(NodeError::MissingParent { field })
+    }
+
+    // ---- Node service ----
+
+    pub fn stage(
+        &self,
+        id: &str,
+        staging: &Path,
+        options: MountOptions,
+        group: Option<u32>,
+    ) -> Result<(), NodeError> {
+        self.volumes.known(id)?;
+        let staging = self.existing_mount_point("staging_target_path", staging)?;
+        if let Some(gid) = group {
+            self.volumes.set_group(id, gid)?;
+        }
+        let dir = self.volumes.path_of(id);
+        if publish::stage(&*self.mounter, &dir, &staging, options)? {
+            log::debug!("staged volume {id} at {}", staging.display());
+        }
+        Ok(())
+    }
+
+    pub fn unstage(&self, id: &str, staging: &Path) -> Result<(), NodeError> {
+        let field = "staging_target_path";
+        let Some(staging) = self.mount_point(field, staging)? else {
+            return Ok(());
+        };
+        if self.volumes.get(id).is_none() {
+            return self.unknown_volume_at(id, field, &staging, false);
+        }
+        let dir = self.volumes.path_of(id);
+        if publish::unmount_volume(&*self.mounter, field, &staging, &dir)? {
+            log::debug!("unstaged volume {id} from {}", staging.display());
+        }
+        Ok(())
+    }
+
+    pub fn publish(&self, req: &PublishRequest) -> Result<(), NodeError> {
+        let id = &req.id;
+        if req.ephemeral.is_none() {
+            self.volumes.known(id)?;
+        }
+        let target = self.existing_mount_point("target_path", &req.target)?;
+        let staging = match &req.staging {
+            Some(path) => Some(self.mount_point("staging_target_path", path)?.ok_or_else(
+                || publish::PublishError::NotStaged {
+                    staging: path.clone(),
+                },
+            )?),
+            None => None,
+        };
+        let created = match &req.ephemeral {
+            Some(context) => ephemeral::open(&self.volumes, id, context)?.1,
+            None => false,
+        };
+        let dir = self.volumes.path_of(id);
+        let publication = Publication {
+            dir: &dir,
+            staging: staging.as_deref(),
+            target: &target,
+            options: req.options,
+            exclusive: req.exclusive,
+        };
+        let result = req
+            .group
+            .map_or(Ok(()), |gid| self.volumes.set_group(id, gid))
+            .map_err(NodeError::from)
+            .and_then(|()| Ok(publish::publish(&*self.mounter, &publication)?));
+        match result {
+            Ok(true) => log::debug!("published volume {id} at {}", target.display()),
+            Ok(false) => {}
+            Err(e) => {
+                if created {
+                    // Do not leave behind an ephemeral volume nobody will unpublish.
+                    ephemeral::remove(&self.volumes, &*self.mounter, id)?;
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn unpublish(&self, id: &str, target: &Path) -> Result<(), NodeError> {
+        let field = "target_path";
+        let Some(target) = self.mount_point(field, target)? else {
+            // No parent, so nothing can be mounted there; an ephemeral volume still goes.
+            return ephemeral::remove(&self.volumes, &*self.mounter, id);
+        };
+        if self.volumes.get(id).is_none() {
+            return self.unknown_volume_at(id, field, &target, true);
+        }
+        let dir = self.volumes.path_of(id);
+        if publish::unmount_volume(&*self.mounter, field, &target, &dir)? {
+            log::debug!("unpublished volume {id} from {}", target.display());
+        }
+        publish::remove_mount_point(&target)?;
+        ephemeral::remove(&self.volumes, &*self.mounter, id)
+    }
+
+    /// An unpublish or unstage for a volume we do not know: done already if nothing is
+    /// mounted there (a retry after success, say), refused if something is.
+    fn unknown_volume_at(
+        &self,
+        id: &str,
+        field: &'static str,
+        path: &Path,
+        remove: bool,
+    ) -> Result<(), NodeError> {
+        if self.mounter.mount_table()?.mounted_at(path).is_some() {
+            return Err(NodeError::UnknownButMounted {
+                id: id.to_owned(),
+                field,
+                path: path.to_owned(),
+            });
+        }
+        if remove {
+            publish::remove_mount_point(path)?;
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self, id: &str, volume_path: &str) -> Result<Stats, NodeError> {
+        self.volumes.known(id)?;
+        let path = existing_path(volume_path)?;
+        let dir = self.volumes.path_of(id);
+        let table = self.mounter.mount_table()?;
+        let source = table.locate(&dir).map_err(VolumeError::from)?;
+        let statvfs = match nix::sys::statvfs::statvfs(&dir) {
+            Ok(stat) => Some(stat),
+            Err(nix::errno::Errno::ENOENT) => None,
+            Err(source) => return Err(NodeError::Stats { dir, source }),
+        };
+        let abnormal = match (&statvfs, table.mounted_at(&path)) {
+            (None, _) => Some(format!("volume directory {} is missing", dir.display())),
+            (Some(_), Some(entry)) if entry.shows(&source) => None,
+            _ => Some(format!("volume is not mounted at {}", path.display())),
+        };
+        Ok(Stats { statvfs, abnormal })
+    }
+
+    /// NodeExpandVolume: a directory has no filesystem to grow, so the size is the one
+    /// ControllerExpandVolume already accounted.
+    pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
+        let record = self.volumes.known(id)?;
+        existing_path(volume_path)?;
+        Ok(record.capacity)
+    }
+
+    // ---- Controller service ----
+
+    /// CreateVolume: the volume of that name if its size is in the range, else a new one.
+    pub fn create(&self, name: &str, required: u64, limit: u64) -> Result<Record, ControllerError> {
+        match self.volumes.find_name(name) {
+            Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
+                Ok(existing)
+            }
+            Some(existing) => Err(ControllerError::NameTaken {
+                name: name.to_owned(),
+                capacity: existing.capacity,
+            }),
+            None => Ok(self.volumes.create(Record {
+                id: self.volumes.new_id(),
+                name: name.to_owned(),
+                capacity: capacity::choose_size(required, limit),
+                ephemeral: false,
+            })?),
+        }
+    }
+
+    /// DeleteVolume: gone already is fine.
+    pub fn delete(&self, id: &str) -> Result<(), ControllerError> {
+        if self.volumes.get(id).is_none() {
+            return Ok(());
+        }
+        let table = self.mounter.mount_table()?;
+        Ok(self.volumes.delete(id, &table)?)
+    }
+
+    /// ControllerExpandVolume: grows the accounted size to `required`, never shrinks.
+    pub fn expand(&self, id: &str, required: u64, limit: u64) -> Result<u64, ControllerError> {
+        let record = self.volumes.known(id)?;
+        if limit > 0 && record.capacity > limit {
+            return Err(ControllerError::WouldShrink {
+                id: id.to_owned(),
+                capacity: record.capacity,
+                limit,
+            });
+        }
+        if required <= record.capacity {
+            return Ok(record.capacity);
+        }
+        Ok(self.volumes.resize(id, required)?.capacity)
+    }
+}
+
+/// A path from a stats or expand request that must exist; resolved, because mount points in
+/// the mount table are canonical.
+fn existing_path(value: &str) -> Result<PathBuf, NodeError> {
+    let not_found = || NodeError::PathNotFound {
+        field: "volume_path",
+        value: value.to_owned(),
+    };
+    let path = validate::normalise(value).map_err(|_| not_found())?;
+    std::fs::canonicalize(path).map_err(|_| not_found())
+}

@@ -1,0 +1,57 @@
+//! The one place a mode builds its tokio runtime, and with it the signal-driven [`Shutdown`]:
+//! every mode's `run` is "settings in, runtime up, serve until a signal".
+
+use std::future::Future;
+
+use crate::BoxError;
+use crate::shutdown::Shutdown;
+
+/// How many threads a mode's runtime has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// One thread: the sidecars do little, and every thread costs memory on every node.
+    Current,
+    /// `workers` async threads; blocking work (syscalls, fsync) on at most `blocking` more
+    /// (`None`: tokio's default).
+    Multi {
+        workers: usize,
+        blocking: Option<usize>,
+    },
+}
+
+fn build(threads: Threads) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match threads {
+        Threads::Current => tokio::runtime::Builder::new_current_thread(),
+        Threads::Multi { workers, blocking } => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(workers);
+            if let Some(blocking) = blocking {
+                builder.max_blocking_threads(blocking);
+            }
+            builder
+        }
+    };
+    builder.enable_all().build()
+}
+
+/// Runs a task that ends by itself (`probe once`, `probe registration`, `kubelet --once`); a
+/// signal stops it the default way.
+pub fn run<T>(
+    threads: Threads,
+    task: impl Future<Output = Result<T, BoxError>>,
+) -> Result<T, BoxError> {
+    build(threads)?.block_on(task)
+}
+
+/// Runs a server until SIGTERM or SIGINT: `serve` gets the [`Shutdown`] the first signal
+/// starts (a second one exits at once, see [`Shutdown::on_signals`]).
+pub fn serve<T, F, Fut>(threads: Threads, serve: F) -> Result<T, BoxError>
+where
+    F: FnOnce(Shutdown) -> Fut,
+    Fut: Future<Output = Result<T, BoxError>>,
+{
+    build(threads)?.block_on(async {
+        let shutdown = Shutdown::on_signals()?;
+        serve(shutdown).await
+    })
+}
