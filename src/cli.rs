@@ -218,6 +218,30 @@ pub fn switch_names(info: &CommandInfoWithArgs) -> Vec<&'static str> {
     names
 }
 
+/// Implements [`ModeArgs`] for an argument struct with the usual `v`, `logging_format` and
+/// `version` fields (argh cannot share fields between structs, so each mode declares them).
+#[macro_export]
+macro_rules! mode_args {
+    ($args:ty) => {
+        impl $crate::cli::ModeArgs for $args {
+            fn version(&self) -> bool {
+                self.version
+            }
+            fn logging(&self) -> (u8, $crate::logging::Format) {
+                (self.v, self.logging_format)
+            }
+        }
+    };
+}
+
+/// What `main` needs from every mode's argument struct, beyond parsing.
+pub trait ModeArgs: argh::FromArgs + argh::ArgsInfo {
+    /// `--version` was given.
+    fn version(&self) -> bool;
+    /// `--v` and `--logging-format`.
+    fn logging(&self) -> (u8, crate::logging::Format);
+}
+
 /// Why parsing a mode's flags did not produce its arguments.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ParseStop {

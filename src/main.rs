@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
-use csi_nodekit::cli::{self, Dispatch, Mode, ParseStop};
-use csi_nodekit::{BoxError, ModeArgs, UsageError, demo, logging, node_server, probe, registrar};
+use csi_nodekit::cli::{self, Dispatch, Mode, ModeArgs, ParseStop};
+use csi_nodekit::{BoxError, UsageError, demo, logging, node_server, probe, registrar};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
@@ -26,9 +26,9 @@ fn main() -> ExitCode {
         }
         Dispatch::Run(invocation) => match invocation.mode {
             Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::main),
-            Mode::Probe => run_mode(&invocation.program, &invocation.args, probe::run),
-            Mode::Demo => run_mode(&invocation.program, &invocation.args, demo::run),
-            Mode::Registrar => run_mode(&invocation.program, &invocation.args, registrar::run),
+            Mode::Probe => run_mode(&invocation.program, &invocation.args, probe::main),
+            Mode::Demo => run_mode(&invocation.program, &invocation.args, demo::main),
+            Mode::Registrar => run_mode(&invocation.program, &invocation.args, registrar::main),
         },
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{KillOnDrop, is_socket, send_signal, wait_exit, wait_until};
+use common::{KillOnDrop, is_socket, send_signal, wait_exit, wait_until_blocking as wait_until};
 use csi_nodekit::proto::csi::{NodeGetInfoRequest, node_client::NodeClient};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -51,6 +51,7 @@ impl Flow {
                 "--max-volumes-per-node=7".into(),
             ])
             .stdin(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start node-server")
     }
@@ -74,6 +75,7 @@ impl Flow {
             ))
             .arg(format!("--http-endpoint={}", self.http))
             .stdin(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start registrar")
     }
@@ -89,6 +91,7 @@ impl Flow {
             .args([format!("--node-name={NODE}"), "--output=json".into()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start probe kubelet");
         let stdout = child.stdout.take().unwrap();
@@ -105,7 +108,7 @@ impl Flow {
                 }
             }
         });
-        (KillOnDrop(child), events)
+        (KillOnDrop::new(child), events)
     }
 }
 
@@ -138,31 +141,34 @@ fn node_get_info(socket: &Path) -> csi_nodekit::proto::csi::NodeGetInfoResponse 
     })
 }
 
+/// The status code of the registrar's `/readyz` (0 when it does not answer), with a plain
+/// blocking HTTP/1.0 request: this test runs no async runtime to wait on.
 fn readyz(address: &str) -> u16 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime
-        .block_on(csi_nodekit::http::get(
-            address,
-            "/readyz",
-            Duration::from_secs(5),
-        ))
-        .map(|r| r.0)
-        .unwrap_or(0)
+    use std::io::{Read, Write};
+    let ask = || -> std::io::Result<String> {
+        let mut stream = std::net::TcpStream::connect(address)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(b"GET /readyz HTTP/1.0\r\n\r\n")?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply)?;
+        Ok(reply)
+    };
+    let reply = ask().unwrap_or_default();
+    // "HTTP/1.0 200 OK"
+    let code = reply.split(' ').nth(1).and_then(|code| code.parse().ok());
+    code.unwrap_or(0)
 }
 
 #[test]
 fn the_driver_registers_deregisters_with_its_registrar_and_registers_again() {
     let flow = Flow::new();
-    let mut driver = KillOnDrop(flow.node_server());
+    let mut driver = KillOnDrop::new(flow.node_server());
     assert!(
         wait_until(Duration::from_secs(10), || is_socket(&flow.csi())),
         "driver socket never appeared"
     );
     let (mut kubelet, events) = flow.kubelet();
-    let mut registrar = KillOnDrop(flow.registrar());
+    let mut registrar = KillOnDrop::new(flow.registrar());
 
     let registered = next_event(&events);
     assert_eq!(registered["event"], "registered", "{registered}");
@@ -212,7 +218,7 @@ fn the_driver_registers_deregisters_with_its_registrar_and_registers_again() {
     assert_eq!(gone["event"], "deregistered", "{gone}");
     assert_eq!(gone["csiNode"]["spec"]["drivers"], json!([]));
 
-    let _registrar = KillOnDrop(flow.registrar());
+    let _registrar = KillOnDrop::new(flow.registrar());
     let again = next_event(&events);
     assert_eq!(again["event"], "registered", "{again}");
     assert_eq!(again["csiNode"], registered["csiNode"]);
@@ -225,16 +231,16 @@ fn the_driver_registers_deregisters_with_its_registrar_and_registers_again() {
 #[test]
 fn a_restarted_driver_is_registered_again_through_a_new_registration_socket() {
     let flow = Flow::new();
-    let mut driver = KillOnDrop(flow.node_server());
+    let mut driver = KillOnDrop::new(flow.node_server());
     assert!(wait_until(Duration::from_secs(10), || is_socket(
         &flow.csi()
     )));
     let (_kubelet, events) = flow.kubelet();
-    let _registrar = KillOnDrop(flow.registrar());
+    let _registrar = KillOnDrop::new(flow.registrar());
     assert_eq!(next_event(&events)["event"], "registered");
 
     stop(&mut driver);
-    let _driver = KillOnDrop(flow.node_server());
+    let _driver = KillOnDrop::new(flow.node_server());
     // The registrar re-creates its socket: the kubelet deregisters, then registers afresh and
     // reads NodeGetInfo again.
     assert_eq!(next_event(&events)["event"], "deregistered");

@@ -55,12 +55,8 @@ fn text_format_lines_look_like_klog() {
 fn a_successful_exec_probe_prints_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
-    let mut server = common::KillOnDrop(common::spawn_node_server(
-        &socket,
-        &dir.path().join("state"),
-        &[],
-    ));
-    assert!(common::wait_until(
+    let mut server = common::spawn_node_server(&socket, &dir.path().join("state"), &[]);
+    assert!(common::wait_until_blocking(
         std::time::Duration::from_secs(10),
         || common::is_socket(&socket)
     ));

@@ -308,7 +308,7 @@ async fn the_real_binary_serves_the_lifecycle_and_stops_cleanly_on_sigterm() {
     let sandbox = MountSandbox::new();
     let socket = sandbox.path().join("bin.sock");
     let state = sandbox.path().join("state");
-    let mut child = common::KillOnDrop(common::spawn_node_server(
+    let mut child = common::spawn_node_server(
         &socket,
         &state,
         &[
@@ -316,9 +316,9 @@ async fn the_real_binary_serves_the_lifecycle_and_stops_cleanly_on_sigterm() {
             "--capacity=1Gi",
             "--driver-name=bin.example.io",
         ],
-    ));
+    );
     assert!(
-        common::wait_until(Duration::from_secs(10), || common::is_socket(&socket)),
+        common::wait_until(Duration::from_secs(10), || common::is_socket(&socket)).await,
         "socket never appeared"
     );
     let channel = csi_nodekit::socket::connect(&socket).await.unwrap();

@@ -378,14 +378,15 @@ async fn the_readme_command_passes_against_the_real_binary_with_its_default_capa
         sandbox.path().display()
     );
     let socket = sandbox.path().join("csi.sock");
-    let mut child = common::KillOnDrop(common::spawn_node_server(
+    let mut child = common::spawn_node_server(
         &socket,
         &sandbox.path().join("state"),
         &["--node-id=sanity-node"],
-    ));
+    );
     let up = common::wait_until(std::time::Duration::from_secs(10), || {
         common::is_socket(&socket)
-    });
+    })
+    .await;
     assert!(up, "socket never appeared");
     let mut s = Sanity::new(&sandbox, connect(&socket).await, 1 << 20);
     whole_suite(&mut s).await;

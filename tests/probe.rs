@@ -14,7 +14,7 @@ use common::fake_driver::FakeDriver;
 const DRIVER: &str = "fake.csi.example.io";
 
 /// Starts `livenessprobe` (through a symlink, as the upstream image's entry point) on a free port.
-fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (KillOnDrop, String) {
+async fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (KillOnDrop, String) {
     let address = common::free_local_address();
     let link = common::symlink_as(dir, "livenessprobe");
     let child = Command::new(link)
@@ -22,13 +22,15 @@ fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (KillOnDrop, S
         .arg(format!("--http-endpoint={address}"))
         .args(extra)
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start livenessprobe");
     let up = common::wait_until(Duration::from_secs(10), || {
         std::net::TcpStream::connect(&address).is_ok()
-    });
+    })
+    .await;
     assert!(up, "livenessprobe never listened");
-    (KillOnDrop(child), address)
+    (KillOnDrop::new(child), address)
 }
 
 async fn healthz(address: &str) -> (u16, String) {
@@ -57,7 +59,7 @@ fn csi_path(dir: &Path) -> PathBuf {
 async fn healthz_is_200_when_the_driver_is_ready_or_leaves_ready_unset() {
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&csi_path(dir.path()), DRIVER);
-    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]);
+    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]).await;
     *driver.behaviour.ready.lock().unwrap() = Some(true);
     assert_eq!(healthz(&address).await, (200, "ok".into()));
     *driver.behaviour.ready.lock().unwrap() = None;
@@ -69,7 +71,7 @@ async fn healthz_is_500_when_the_driver_is_not_ready() {
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&csi_path(dir.path()), DRIVER);
     *driver.behaviour.ready.lock().unwrap() = Some(false);
-    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]);
+    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]).await;
     assert_eq!(
         healthz(&address).await,
         (500, "driver responded but is not ready".into())
@@ -80,7 +82,7 @@ async fn healthz_is_500_when_the_driver_is_not_ready() {
 async fn healthz_answers_500_while_the_driver_is_absent_and_200_once_it_appears() {
     let dir = tempfile::tempdir().unwrap();
     let csi = csi_path(dir.path());
-    let (mut probe, address) = start_livenessprobe(dir.path(), &csi, &[]);
+    let (mut probe, address) = start_livenessprobe(dir.path(), &csi, &[]).await;
     let (code, body) = healthz(&address).await;
     assert_eq!(code, 500);
     assert!(body.contains(&csi.display().to_string()), "{body}");
@@ -98,7 +100,7 @@ async fn a_driver_that_hangs_past_the_timeout_is_unhealthy() {
     let driver = FakeDriver::start(&csi_path(dir.path()), DRIVER);
     *driver.behaviour.probe_delay.lock().unwrap() = Duration::from_secs(5);
     let (_probe, address) =
-        start_livenessprobe(dir.path(), &driver.socket, &["--probe-timeout=300ms"]);
+        start_livenessprobe(dir.path(), &driver.socket, &["--probe-timeout=300ms"]).await;
     let (code, body) = healthz(&address).await;
     assert_eq!(code, 500);
     assert!(body.contains("DeadlineExceeded"), "{body}");
@@ -109,7 +111,7 @@ async fn a_restarted_driver_is_redialled_on_the_same_connection_slot() {
     let dir = tempfile::tempdir().unwrap();
     let csi = csi_path(dir.path());
     let driver = FakeDriver::start(&csi, DRIVER);
-    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &[]);
+    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &[]).await;
     assert_eq!(healthz(&address).await.0, 200);
     driver.stop().await;
     assert_eq!(healthz(&address).await.0, 500);
@@ -121,7 +123,7 @@ async fn a_restarted_driver_is_redialled_on_the_same_connection_slot() {
 async fn simultaneous_probes_share_one_call_to_the_driver() {
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&csi_path(dir.path()), DRIVER);
-    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]);
+    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]).await;
     assert_eq!(healthz(&address).await.0, 200); // connect and learn the name first
     driver.behaviour.probe_calls.store(0, Ordering::SeqCst);
     // Long enough for all eight connections to arrive while the first Probe is held.
@@ -145,7 +147,7 @@ async fn simultaneous_probes_share_one_call_to_the_driver() {
 async fn metrics_carry_the_upstream_histogram_and_start_time() {
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&csi_path(dir.path()), DRIVER);
-    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]);
+    let (_probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]).await;
     // The name is learned beside the first probe, so the label is there from the second on.
     let labelled = format!(
         r#"driver_name="{DRIVER}",method_name="/csi.v1.Identity/Probe",grpc_status_code="OK"}}"#
@@ -170,7 +172,7 @@ async fn metrics_carry_the_upstream_histogram_and_start_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_livenessprobe_with_exit_0() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut probe, _) = start_livenessprobe(dir.path(), &csi_path(dir.path()), &[]);
+    let (mut probe, _) = start_livenessprobe(dir.path(), &csi_path(dir.path()), &[]).await;
     common::send_signal(&probe.0, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(
         common::wait_exit(&mut probe.0, Duration::from_secs(10)).code(),
@@ -223,22 +225,15 @@ async fn probe_registration_follows_the_registrars_readyz() {
     let csi = csi_path(dir.path());
     let registry = dir.path().join("registry");
     let _driver = FakeDriver::start(&csi, DRIVER);
-    let http = common::free_local_address();
-    let registrar = Command::new(common::binary())
-        .args([
-            "registrar",
-            &format!("--csi-address={}", csi.display()),
-            "--kubelet-registration-path=/k/csi.sock",
-        ])
-        .arg(format!("--plugin-registration-path={}", registry.display()))
-        .arg(format!("--http-endpoint={http}"))
-        .spawn()
-        .unwrap();
-    let _registrar = KillOnDrop(registrar);
+    let registrar = common::registrar::Registrar::start(&csi, &registry, &[]).await;
+    let http = registrar.http.clone();
     let reg_socket = registry.join(format!("{DRIVER}-reg.sock"));
-    assert!(common::wait_until(Duration::from_secs(10), || {
-        common::is_socket(&reg_socket)
-    }));
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            common::is_socket(&reg_socket)
+        })
+        .await
+    );
     let ask = {
         let http = http.clone();
         move || {
@@ -283,7 +278,7 @@ async fn one_deadline_covers_connecting_and_probing_as_upstream() {
     let csi = csi_path(dir.path());
     // Accepts connections (the kernel queues them) but never speaks: the handshake hangs.
     let _mute = std::os::unix::net::UnixListener::bind(&csi).unwrap();
-    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]);
+    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]).await;
     let started = std::time::Instant::now();
     let (code, body) = healthz(&address).await;
     let took = started.elapsed();

@@ -6,8 +6,9 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::eventually;
 use common::fake_plugin::{
-    Bind, NodeAnswer, csi_plugin, eventually, node, registration, registration_with_node,
+    Bind, NodeAnswer, csi_plugin, node, registration, registration_with_node,
 };
 use common::kubelet::{Kubelet, WAIT, dirs, failed, registered};
 use csi_nodekit::probe::kubelet::{Event, Failure, Registration, Retry};

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::fake_plugin::{Bind, NodeAnswer, csi_plugin, eventually, node, registration};
+use common::eventually;
+use common::fake_plugin::{Bind, NodeAnswer, csi_plugin, node, registration};
 use common::{KillOnDrop, binary, send_signal, wait_exit};
 use serde_json::{Value, json};
 
@@ -154,10 +155,11 @@ async fn watching_prints_each_event_as_it_happens_and_sigterm_exits_0() {
     let _driver = node(&driver_socket, NodeAnswer::new("n1", 0, &[]));
     let mut child = kubelet(&registry, &["--output=json"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let mut child = KillOnDrop(child);
+    let mut child = KillOnDrop::new(child);
     let (lines, mut events) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout).lines() {

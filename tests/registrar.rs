@@ -1,22 +1,23 @@
-//! The registrar as a real process, between a real CSI driver socket and a kubelet-side client
-//! speaking the registration API over its real registration socket.
-
-use crate::common;
+//! The registrar between a real CSI driver socket and a kubelet-side client speaking the
+//! registration API over its real registration socket: served in-process on each test's own
+//! HTTP listener and directories, with a few tests of the real process (signals, exit codes,
+//! flags) at the end.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::common;
 use common::fake_driver::FakeDriver;
-use common::{KillOnDrop, is_socket};
+use common::registrar::{HOST_PATH, Registrar};
+use common::{is_socket, wait_until};
 use csi_nodekit::proto::registration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
 
 const DRIVER: &str = "fake.csi.example.io";
-const HOST_PATH: &str = "/var/lib/kubelet/plugins/fake.csi.example.io/csi.sock";
 const WAIT: Duration = Duration::from_secs(10);
 
 struct Setup {
@@ -42,50 +43,38 @@ impl Setup {
     }
 
     /// A driver and a registrar, once the registration socket is up.
-    async fn running(&self) -> (FakeDriver, KillOnDrop, String) {
+    async fn running(&self) -> (FakeDriver, Registrar) {
         let driver = FakeDriver::start(&self.csi, DRIVER);
-        let (registrar, http) = self.start_registrar(&[]);
+        let registrar = self.start_registrar().await;
         assert!(
-            wait_for(WAIT, || is_socket(&self.reg_socket())).await,
+            wait_until(WAIT, || is_socket(&self.reg_socket())).await,
             "no registration socket"
         );
-        (driver, registrar, http)
+        (driver, registrar)
     }
 
-    /// Starts the registrar with the argument list real DaemonSets use, plus our HTTP endpoint.
-    fn start_registrar(&self, extra: &[&str]) -> (KillOnDrop, String) {
-        let http = common::free_local_address();
-        let child = Command::new(common::binary())
+    async fn start_registrar(&self) -> Registrar {
+        Registrar::start(&self.csi, &self.registry, &[]).await
+    }
+
+    /// The real binary with the arguments real DaemonSets use.
+    fn registrar_command(&self) -> Command {
+        let mut command = Command::new(common::binary());
+        command
             .arg("registrar")
-            .args(["--v=2", &format!("--csi-address={}", self.csi.display())])
+            .arg(format!("--csi-address={}", self.csi.display()))
             .arg(format!("--kubelet-registration-path={HOST_PATH}"))
-            .args([
-                "-plugin-registration-path",
-                &self.registry.display().to_string(),
-            ])
-            .arg(format!("--http-endpoint={http}"))
-            .args(extra)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start registrar");
-        (KillOnDrop(child), http)
+            .arg(format!(
+                "--plugin-registration-path={}",
+                self.registry.display()
+            ));
+        command
     }
 }
 
 /// Which socket is at `path` (inode numbers alone get reused by the next file created).
 fn inode(path: &Path) -> Option<csi_nodekit::socket::Identity> {
     csi_nodekit::socket::identity_of(path)
-}
-
-async fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    check()
 }
 
 async fn kubelet(socket: &Path) -> RegistrationClient<tonic::transport::Channel> {
@@ -135,7 +124,7 @@ async fn http(address: &str, path: &str) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_info_returns_the_driver_name_endpoint_and_version_on_a_0700_socket() {
     let setup = Setup::new();
-    let (_driver, _registrar, _) = setup.running().await;
+    let (_driver, _registrar) = setup.running().await;
     let info = get_info(&setup.reg_socket()).await;
     assert_eq!(info.r#type, "CSIPlugin");
     assert_eq!(info.name, DRIVER);
@@ -152,8 +141,8 @@ async fn get_info_returns_the_driver_name_endpoint_and_version_on_a_0700_socket(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_driver_socket_is_waited_for_while_healthz_stays_alive() {
     let setup = Setup::new();
-    let (_registrar, http_addr) = setup.start_registrar(&[]);
-    assert!(wait_for(WAIT, || std::net::TcpStream::connect(&http_addr).is_ok()).await);
+    let registrar = setup.start_registrar().await;
+    let http_addr = registrar.http.clone();
     let (code, body) = http(&http_addr, "/healthz").await;
     assert_eq!(code, 200, "{body}");
     let (code, body) = http(&http_addr, "/readyz").await;
@@ -162,7 +151,7 @@ async fn a_late_driver_socket_is_waited_for_while_healthz_stays_alive() {
     tokio::time::sleep(Duration::from_millis(1500)).await; // upstream would be counting to its 30 s exit
     let _driver = FakeDriver::start(&setup.csi, DRIVER);
     assert!(
-        wait_for(WAIT, || is_socket(&setup.reg_socket())).await,
+        wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
         "registrar did not register the late driver"
     );
 }
@@ -172,9 +161,10 @@ async fn get_plugin_info_failures_are_retried_with_backoff() {
     let setup = Setup::new();
     let driver = FakeDriver::start(&setup.csi, DRIVER);
     driver.behaviour.failures_left.store(2, Ordering::SeqCst);
-    let (_registrar, http_addr) = setup.start_registrar(&[]);
+    let registrar = setup.start_registrar().await;
+    let http_addr = registrar.http.clone();
     assert!(
-        wait_for(WAIT, || is_socket(&setup.reg_socket())).await,
+        wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
         "never registered after failures"
     );
     assert_eq!(driver.behaviour.plugin_info_calls.load(Ordering::SeqCst), 3);
@@ -192,7 +182,8 @@ async fn get_plugin_info_failures_are_retried_with_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successful_registration_makes_readyz_answer_200() {
     let setup = Setup::new();
-    let (_driver, _registrar, http_addr) = setup.running().await;
+    let (_driver, _registrar) = setup.running().await;
+    let http_addr = _registrar.http.clone();
     assert_eq!(http(&http_addr, "/readyz").await.0, 503);
     notify(&setup.reg_socket(), true, "").await;
     assert_eq!(
@@ -209,18 +200,19 @@ async fn a_successful_registration_makes_readyz_answer_200() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_backoff() {
     let setup = Setup::new();
-    let (_driver, mut registrar, http_addr) = setup.running().await;
+    let (_driver, registrar) = setup.running().await;
+    let http_addr = registrar.http.clone();
     let first = inode(&setup.reg_socket());
     notify(&setup.reg_socket(), false, "node ID is empty").await;
     let (_, body) = http(&http_addr, "/readyz").await;
     assert!(body.contains("node ID is empty"), "{body}");
-    let recreated = wait_for(WAIT, || {
+    let recreated = wait_until(WAIT, || {
         inode(&setup.reg_socket()).is_some_and(|i| Some(i) != first)
     })
     .await;
     assert!(recreated, "registration socket was not re-created");
     assert!(
-        registrar.0.try_wait().unwrap().is_none(),
+        registrar.is_running(),
         "registrar exited after a failed registration"
     );
     let (_, metrics) = http(&http_addr, "/metrics").await;
@@ -237,10 +229,10 @@ async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
     let setup = Setup::new();
-    let (_driver, _registrar, _) = setup.running().await;
+    let (_driver, _registrar) = setup.running().await;
     std::fs::remove_file(setup.reg_socket()).unwrap();
     assert!(
-        wait_for(Duration::from_secs(3), || is_socket(&setup.reg_socket())).await,
+        wait_until(Duration::from_secs(3), || is_socket(&setup.reg_socket())).await,
         "not healed"
     );
     let info = get_info(&setup.reg_socket()).await;
@@ -250,7 +242,7 @@ async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_restart_recreates_the_registration_socket() {
     let setup = Setup::new();
-    let (driver, _registrar, _) = setup.running().await;
+    let (driver, _registrar) = setup.running().await;
     let first = inode(&setup.reg_socket());
     driver.stop().await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -260,7 +252,7 @@ async fn a_driver_restart_recreates_the_registration_socket() {
         "socket should be kept while the driver is away"
     );
     let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let recreated = wait_for(WAIT, || {
+    let recreated = wait_until(WAIT, || {
         inode(&setup.reg_socket()).is_some_and(|i| Some(i) != first)
     })
     .await;
@@ -273,12 +265,12 @@ async fn a_driver_restart_recreates_the_registration_socket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() {
     let setup = Setup::new();
-    let (driver, _registrar, _) = setup.running().await;
+    let (driver, _registrar) = setup.running().await;
     driver.stop().await;
     let _driver = FakeDriver::start(&setup.csi, "renamed.csi.example.io");
     let renamed = setup.registry.join("renamed.csi.example.io-reg.sock");
     assert!(
-        wait_for(WAIT, || is_socket(&renamed)).await,
+        wait_until(WAIT, || is_socket(&renamed)).await,
         "no socket for the new name"
     );
     assert!(
@@ -288,25 +280,16 @@ async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_removes_the_registration_socket_and_exits_0() {
-    let setup = Setup::new();
-    let (_driver, mut registrar, _) = setup.running().await;
-    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
-    let status = common::wait_exit(&mut registrar.0, WAIT);
-    assert_eq!(status.code(), Some(0));
-    assert!(!setup.reg_socket().exists());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_answers_200_404_and_500_as_upstream_does() {
     let setup = Setup::new();
-    let (_driver, _registrar, http_addr) = setup.running().await;
+    let (_driver, _registrar) = setup.running().await;
+    let http_addr = _registrar.http.clone();
     assert_eq!(http(&http_addr, "/healthz").await, (200, "ok".to_owned()));
 
     // Missing socket → 404, caught before the registrar heals it (it may win the race; retry).
     let mut saw_404 = false;
     for _ in 0..10 {
-        assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+        assert!(wait_until(WAIT, || is_socket(&setup.reg_socket())).await);
         std::fs::remove_file(setup.reg_socket()).unwrap();
         let (code, body) = http(&http_addr, "/healthz").await;
         if code == 404 {
@@ -318,7 +301,7 @@ async fn healthz_answers_200_404_and_500_as_upstream_does() {
     assert!(saw_404, "never saw 404 for a missing registration socket");
 
     // A socket that answers for another driver → 500 naming it.
-    assert!(wait_for(WAIT, || is_socket(&setup.reg_socket())).await);
+    assert!(wait_until(WAIT, || is_socket(&setup.reg_socket())).await);
     let mut saw_500 = false;
     for _ in 0..10 {
         let _ = std::fs::remove_file(setup.reg_socket());
@@ -337,6 +320,21 @@ async fn healthz_answers_200_404_and_500_as_upstream_does() {
     assert!(saw_500, "could not put an impostor in place");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_removes_the_registration_socket_on_sigterm_and_exits_0() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let mut registrar = common::spawn(&mut setup.registrar_command(), "registrar");
+    assert!(
+        wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
+        "no registration socket"
+    );
+    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
+    let status = common::wait_exit(&mut registrar.0, WAIT);
+    assert_eq!(status.code(), Some(0));
+    assert!(!setup.reg_socket().exists());
+}
+
 #[test]
 fn the_probe_mode_exits_0_at_once_as_upstream() {
     let status = Command::new(common::binary())
@@ -345,8 +343,9 @@ fn the_probe_mode_exits_0_at_once_as_upstream() {
             "--mode=kubelet-registration-probe",
             "--kubelet-registration-path=/x/csi.sock",
         ])
-        .status()
-        .unwrap();
+        .output()
+        .unwrap()
+        .status;
     assert_eq!(status.code(), Some(0));
 }
 
@@ -447,19 +446,9 @@ impl Drop for FakeRegistration {
 fn a_driver_wait_limit_makes_the_registrar_give_up_naming_the_socket() {
     let setup = Setup::new();
     let started = std::time::Instant::now();
-    let out = Command::new(common::binary())
-        .args([
-            "registrar",
-            &format!("--csi-address={}", setup.csi.display()),
-        ])
-        .args([
-            format!("--kubelet-registration-path={HOST_PATH}"),
-            "--driver-wait-limit=1s".into(),
-        ])
-        .arg(format!(
-            "--plugin-registration-path={}",
-            setup.registry.display()
-        ))
+    let out = setup
+        .registrar_command()
+        .arg("--driver-wait-limit=1s")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -473,7 +462,7 @@ fn a_driver_wait_limit_makes_the_registrar_give_up_naming_the_socket() {
 async fn replaced_after(path: &Path, before: Option<csi_nodekit::socket::Identity>) -> Duration {
     let started = std::time::Instant::now();
     assert!(
-        wait_for(WAIT, || inode(path).is_some_and(|i| Some(i) != before)).await,
+        wait_until(WAIT, || inode(path).is_some_and(|i| Some(i) != before)).await,
         "not re-created"
     );
     started.elapsed()
@@ -482,7 +471,8 @@ async fn replaced_after(path: &Path, before: Option<csi_nodekit::socket::Identit
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejections_back_off_doubling_while_healthz_stays_200_and_success_resets_it() {
     let setup = Setup::new();
-    let (_driver, _registrar, http_addr) = setup.running().await;
+    let (_driver, _registrar) = setup.running().await;
+    let http_addr = _registrar.http.clone();
     let socket = setup.reg_socket();
 
     notify(&socket, false, "first refusal").await;
@@ -515,7 +505,8 @@ async fn rejections_back_off_doubling_while_healthz_stays_200_and_success_resets
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_drops_as_soon_as_the_registration_socket_is_lost() {
     let setup = Setup::new();
-    let (_driver, _registrar, http_addr) = setup.running().await;
+    let (_driver, _registrar) = setup.running().await;
+    let http_addr = _registrar.http.clone();
     notify(&setup.reg_socket(), true, "").await;
     assert_eq!(http_until(&http_addr, "/readyz", 200).await.0, 200);
     std::fs::remove_file(setup.reg_socket()).unwrap();
@@ -526,12 +517,13 @@ async fn readyz_drops_as_soon_as_the_registration_socket_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_stays_200_while_a_restarted_driver_does_not_answer_yet() {
     let setup = Setup::new();
-    let (driver, _registrar, http_addr) = setup.running().await;
+    let (driver, _registrar) = setup.running().await;
+    let http_addr = _registrar.http.clone();
     driver.stop().await;
     drop(std::os::unix::net::UnixListener::bind(&setup.csi).unwrap()); // back, but not answering
     let (_, ready) = http_until(&http_addr, "/readyz", 503).await;
     assert!(
-        wait_for(WAIT, || !setup.reg_socket().exists()).await,
+        wait_until(WAIT, || !setup.reg_socket().exists()).await,
         "old socket kept"
     );
     let (code, body) = http(&http_addr, "/healthz").await;
@@ -543,19 +535,10 @@ async fn healthz_stays_200_while_a_restarted_driver_does_not_answer_yet() {
 async fn an_invalid_driver_name_is_refused_and_nothing_is_created() {
     let setup = Setup::new();
     let _driver = FakeDriver::start(&setup.csi, "../escape");
-    let out = tokio::task::spawn_blocking({
-        let (csi, registry) = (setup.csi.clone(), setup.registry.clone());
-        move || {
-            Command::new(common::binary())
-                .args(["registrar", &format!("--csi-address={}", csi.display())])
-                .arg(format!("--kubelet-registration-path={HOST_PATH}"))
-                .arg(format!("--plugin-registration-path={}", registry.display()))
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let mut command = setup.registrar_command();
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -5,15 +5,17 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{KillOnDrop, is_socket, send_signal, spawn_node_server, wait_exit, wait_until};
+use common::{
+    is_socket, send_signal, spawn_node_server, wait_exit, wait_until, wait_until_blocking,
+};
 use nix::sys::signal::Signal;
 
 fn graceful_stop_on(signal: Signal) {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
-    let mut server = KillOnDrop(spawn_node_server(&socket, &dir.path().join("state"), &[]));
+    let mut server = spawn_node_server(&socket, &dir.path().join("state"), &[]);
     assert!(
-        wait_until(Duration::from_secs(10), || is_socket(&socket)),
+        wait_until_blocking(Duration::from_secs(10), || is_socket(&socket)),
         "socket never appeared"
     );
     send_signal(&server.0, signal);
@@ -51,9 +53,9 @@ async fn hold_a_call_open(socket: &std::path::Path) -> impl Sized {
 async fn a_second_signal_exits_at_once_and_still_removes_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
-    let mut server = KillOnDrop(spawn_node_server(&socket, &dir.path().join("state"), &[]));
+    let mut server = spawn_node_server(&socket, &dir.path().join("state"), &[]);
     assert!(
-        wait_until(Duration::from_secs(10), || is_socket(&socket)),
+        wait_until(Duration::from_secs(10), || is_socket(&socket)).await,
         "socket never appeared"
     );
     let _in_flight = hold_a_call_open(&socket).await;

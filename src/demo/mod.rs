@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 
+use crate::node_server::mountinfo::MountTable;
+use crate::runtime::Threads;
 use crate::{BoxError, logging};
 use processes::{Child, Kubelet};
 
@@ -81,17 +83,26 @@ fn make_root() -> Result<PathBuf, BoxError> {
     Ok(root)
 }
 
-pub fn run(args: Args) -> Result<(), BoxError> {
+/// What the demo needs from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// The demo's and its processes' `--v`.
+    pub verbosity: u8,
+}
+
+/// The mode's entry from the command line.
+pub fn main(args: Args) -> Result<(), BoxError> {
+    run(Settings { verbosity: args.v })
+}
+
+pub fn run(settings: Settings) -> Result<(), BoxError> {
     private_mount_namespace()?;
     let layout = Layout { root: make_root()? };
     println!(
         "csi-nodekit demo in {} (--v=2 shows the processes' logs)\n",
         layout.root.display()
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let outcome = runtime.block_on(acts(&layout, args.v));
+    let outcome = crate::runtime::run(Threads::Current, acts(&layout, settings.verbosity));
     let cleanup = cleanup(&layout);
     outcome.and(cleanup)
 }
@@ -166,7 +177,7 @@ fn cleanup(layout: &Layout) -> Result<(), BoxError> {
     }
     let sockets = [
         layout.csi_socket(),
-        layout.registry().join(format!("{DRIVER}-reg.sock")),
+        crate::registrar::registration_socket(&layout.registry(), DRIVER),
     ];
     let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
     std::fs::remove_dir_all(&layout.root)
@@ -183,11 +194,9 @@ fn cleanup(layout: &Layout) -> Result<(), BoxError> {
 
 /// Mount points at or below `dir`, from the kernel's mount table.
 fn mounts_under(dir: &Path) -> Result<Vec<PathBuf>, BoxError> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let table = MountTable::read()?;
     Ok(table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|point| PathBuf::from(point.replace("\\040", " ")))
-        .filter(|point| point.starts_with(dir))
+        .mounts_under(dir)
+        .map(|entry| entry.mount_point.clone())
         .collect())
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::Layout;
 use crate::BoxError;
+use crate::node_server::mountinfo::{MountEntry, MountTable};
 use crate::proto::csi::controller_client::ControllerClient;
 use crate::proto::csi::node_client::NodeClient;
 use crate::proto::csi::volume_capability::{
@@ -24,23 +25,31 @@ fn capability() -> VolumeCapability {
     }
 }
 
-/// The mount table's lines for mount points at `path`: what "mounted" means.
-fn mount_lines(path: &Path) -> Vec<String> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+/// The mounts at `path`, from the kernel's mount table: what "mounted" means.
+fn mounts_at(path: &Path) -> Vec<MountEntry> {
+    let table = MountTable::read().unwrap_or_default();
     table
-        .lines()
-        .filter(|line| line.split(' ').nth(4) == Some(&*path.to_string_lossy()))
-        .map(str::to_owned)
+        .entries()
+        .iter()
+        .filter(|entry| entry.mount_point == path)
+        .cloned()
         .collect()
 }
 
 fn show_mounts(path: &Path) {
-    let lines = mount_lines(path);
-    if lines.is_empty() {
+    let mounts = mounts_at(path);
+    if mounts.is_empty() {
         println!("   (nothing mounted at {})", path.display());
     }
-    for line in lines {
-        println!("   mountinfo: {line}");
+    for entry in mounts {
+        println!(
+            "   mountinfo: {} from {}:{} {} ({})",
+            entry.mount_point.display(),
+            entry.dev.0,
+            entry.dev.1,
+            entry.root.display(),
+            entry.options.join(",")
+        );
     }
 }
 
@@ -150,7 +159,7 @@ pub async fn life(layout: &Layout, csi: &Path) -> Result<(), BoxError> {
     .await?;
     println!(
         "NodeUnstageVolume: staging path unmounted: {}",
-        mount_lines(&staging).is_empty()
+        mounts_at(&staging).is_empty()
     );
     controller
         .delete_volume(DeleteVolumeRequest {

@@ -35,7 +35,7 @@ pub enum Command {
     Kubelet(kubelet::Args),
 }
 
-impl crate::ModeArgs for Args {
+impl crate::cli::ModeArgs for Args {
     fn version(&self) -> bool {
         let asked_below = match &self.command {
             Some(Command::Serve(args)) => args.version,
@@ -57,13 +57,15 @@ impl crate::ModeArgs for Args {
     }
 }
 
-/// Runs the chosen probe.
-pub fn run(args: Args) -> Result<(), BoxError> {
+/// The mode's entry from the command line: the chosen probe's settings, then its run.
+pub fn main(args: Args) -> Result<(), BoxError> {
     match args.command {
-        Some(Command::Serve(args)) => serve::run(args),
-        Some(Command::Once(args)) => once::run(args),
-        Some(Command::Registration(args)) => registration::run(args),
-        Some(Command::Kubelet(args)) => kubelet::run(args),
+        Some(Command::Serve(args)) => serve::run(serve::Settings::from_args(args)?),
+        Some(Command::Once(args)) => once::run(once::Settings::from_args(args)?),
+        Some(Command::Registration(args)) => {
+            registration::run(registration::Settings::from_args(args)?)
+        }
+        Some(Command::Kubelet(args)) => kubelet::run(kubelet::Settings::from_args(args)?),
         None => Err(UsageError::new(
             "a subcommand is required: serve, once, registration or kubelet",
         )

@@ -8,7 +8,8 @@ use argh::{ArgsInfo, FromArgs};
 
 use super::check;
 use crate::gocompat::GoDuration;
-use crate::{BoxError, logging, socket};
+use crate::runtime::Threads;
+use crate::{BoxError, UsageError, logging, socket};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
 #[argh(subcommand, name = "once")]
@@ -31,13 +32,29 @@ pub struct Args {
     pub version: bool,
 }
 
-pub fn run(args: Args) -> Result<(), BoxError> {
-    let address = socket::parse_address(&args.csi_address)?;
-    let timeout = args.probe_timeout.0;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
+/// The command line, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub csi_address: std::path::PathBuf,
+    pub probe_timeout: Duration,
+}
+
+impl Settings {
+    pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        Ok(Self {
+            csi_address: socket::parse_address(&args.csi_address).map_err(UsageError::new)?,
+            probe_timeout: args.probe_timeout.0,
+        })
+    }
+}
+
+/// One probe: `Ok` when the driver is ready.
+pub fn run(settings: Settings) -> Result<(), BoxError> {
+    let Settings {
+        csi_address: address,
+        probe_timeout: timeout,
+    } = settings;
+    crate::runtime::run(Threads::Current, async {
         let deadline = tokio::time::Instant::now() + timeout;
         let channel = check::connect(&address, deadline, timeout).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());

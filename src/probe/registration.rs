@@ -7,6 +7,7 @@ use std::time::Duration;
 use argh::{ArgsInfo, FromArgs};
 
 use crate::gocompat::GoDuration;
+use crate::runtime::Threads;
 use crate::{BoxError, logging};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
@@ -30,15 +31,27 @@ pub struct Args {
     pub version: bool,
 }
 
-pub fn run(args: Args) -> Result<(), BoxError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (status, body) = runtime.block_on(crate::http::get(
-        &args.http_endpoint,
-        "/readyz",
-        args.timeout.0,
-    ))?;
+/// The command line, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The registrar's HTTP endpoint.
+    pub http_endpoint: String,
+    pub timeout: Duration,
+}
+
+impl Settings {
+    pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        Ok(Self {
+            http_endpoint: args.http_endpoint,
+            timeout: args.timeout.0,
+        })
+    }
+}
+
+/// One question to the registrar: `Ok` when the kubelet confirmed the registration.
+pub fn run(settings: Settings) -> Result<(), BoxError> {
+    let ask = crate::http::get(&settings.http_endpoint, "/readyz", settings.timeout);
+    let (status, body) = crate::runtime::run(Threads::Current, async { Ok(ask.await?) })?;
     match status {
         200 => Ok(()),
         _ => Err(format!("not registered: {}", body.trim()).into()),

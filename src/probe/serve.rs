@@ -15,8 +15,9 @@ use super::check::{self, ProbeError};
 use crate::gocompat::GoDuration;
 use crate::http::Reply;
 use crate::metrics::Metrics;
+use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-use crate::{BoxError, logging, socket};
+use crate::{BoxError, UsageError, logging, socket};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
 #[argh(subcommand, name = "serve")]
@@ -178,50 +179,66 @@ async fn answer(prober: Arc<Prober>, metrics_path: Arc<str>, path: String) -> Re
     Reply::not_found()
 }
 
-/// Runs the livenessprobe server until SIGTERM or SIGINT.
-pub fn run(args: Args) -> Result<(), BoxError> {
-    let address = socket::parse_address(&args.csi_address)?;
-    let endpoint = match args.http_endpoint.as_str() {
-        "" => format!("0.0.0.0:{}", args.health_port),
-        given => given.to_owned(),
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let shutdown = Shutdown::on_signals()?;
-        let listener = crate::http::bind(&endpoint).await?;
-        let metrics_listener = match args.metrics_address.as_str() {
-            "" => None,
-            given => Some(crate::http::bind(given).await?),
+/// The command line, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub csi_address: std::path::PathBuf,
+    /// One deadline for connecting and calling Probe.
+    pub probe_timeout: Duration,
+    /// Where `/healthz` (and `/metrics`, unless `metrics_address` is given) is served.
+    pub http_endpoint: String,
+    pub metrics_address: Option<String>,
+    pub metrics_path: String,
+}
+
+impl Settings {
+    pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        let http_endpoint = match args.http_endpoint.as_str() {
+            "" => format!("0.0.0.0:{}", args.health_port),
+            given => given.to_owned(),
+        };
+        Ok(Self {
+            csi_address: socket::parse_address(&args.csi_address).map_err(UsageError::new)?,
+            probe_timeout: args.probe_timeout.0,
+            http_endpoint,
+            metrics_address: Some(args.metrics_address).filter(|a| !a.is_empty()),
+            metrics_path: args.metrics_path,
+        })
+    }
+}
+
+/// Binds the HTTP listeners and serves until SIGTERM or SIGINT.
+pub fn run(settings: Settings) -> Result<(), BoxError> {
+    crate::runtime::serve(Threads::Current, |shutdown| async move {
+        let listener = crate::http::bind(&settings.http_endpoint).await?;
+        let metrics_listener = match &settings.metrics_address {
+            Some(address) => Some(crate::http::bind(address).await?),
+            None => None,
         };
         log::info!(
-            "serving /healthz on {endpoint} for the driver at {}",
-            address.display()
+            "serving /healthz on {} for the driver at {}",
+            settings.http_endpoint,
+            settings.csi_address.display()
         );
-        serve(
-            address,
-            args.probe_timeout.0,
-            args.metrics_path.into(),
-            listener,
-            metrics_listener,
-            shutdown,
-        )
-        .await;
+        serve(listener, metrics_listener, settings, shutdown).await;
         Ok(())
     })
 }
 
-/// Serves `/healthz` (and metrics) on `listener` until `shutdown`.
+/// Serves `/healthz` (and metrics) on `listener`, metrics alone on `metrics_listener` if
+/// given, until `shutdown`.
 pub async fn serve(
-    address: std::path::PathBuf,
-    timeout: Duration,
-    metrics_path: Arc<str>,
     listener: tokio::net::TcpListener,
     metrics_listener: Option<tokio::net::TcpListener>,
+    settings: Settings,
     shutdown: Shutdown,
 ) {
-    let prober = Prober::new(address, timeout, Arc::new(Metrics::new()));
+    let metrics_path: Arc<str> = settings.metrics_path.into();
+    let prober = Prober::new(
+        settings.csi_address,
+        settings.probe_timeout,
+        Arc::new(Metrics::new()),
+    );
     if let Some(listener) = metrics_listener {
         let (prober, path) = (prober.clone(), metrics_path.clone());
         let only_metrics = move |requested: String| {

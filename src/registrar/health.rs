@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Config;
+use super::Settings;
 use super::service::{Phase, Snapshot, Tracker};
 use crate::http::Reply;
 use crate::metrics::Metrics;
@@ -12,7 +12,7 @@ use crate::proto::registration::{InfoRequest, registration_client::RegistrationC
 
 #[derive(Clone)]
 pub struct Handler {
-    pub config: Arc<Config>,
+    pub settings: Arc<Settings>,
     pub tracker: Arc<Tracker>,
     pub metrics: Arc<Metrics>,
 }
@@ -51,7 +51,7 @@ impl Handler {
             Err(e) => return Reply::text(500, format!("stat {}: {e}", socket.display())),
             Ok(_) => {}
         }
-        match self_check(socket, self.config.timeout).await {
+        match self_check(socket, self.settings.timeout).await {
             Ok(name) if name == *driver => Reply::text(200, "ok"),
             Ok(name) => Reply::text(
                 500,
@@ -76,7 +76,7 @@ impl Handler {
             Phase::WaitingForDriver => {
                 format!(
                     "waiting for the driver at {}",
-                    self.config.csi_address.display()
+                    self.settings.csi_address.display()
                 )
             }
             Phase::WaitingForKubelet => format!("waiting for the kubelet to register {driver}"),

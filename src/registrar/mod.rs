@@ -15,6 +15,7 @@ use argh::{ArgsInfo, FromArgs};
 pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 
 use crate::gocompat::GoDuration;
+use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
 use crate::{BoxError, UsageError, logging, socket};
 
@@ -73,14 +74,14 @@ pub struct Args {
 
 crate::mode_args!(Args);
 
-/// The registration socket path for a driver.
-fn registration_socket(dir: &std::path::Path, driver: &str) -> PathBuf {
+/// The registration socket path for a driver: `<dir>/<driver>-reg.sock`.
+pub fn registration_socket(dir: &std::path::Path, driver: &str) -> PathBuf {
     dir.join(format!("{driver}-reg.sock"))
 }
 
-/// Validated settings.
+/// The command line, validated.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct Settings {
     pub csi_address: PathBuf,
     pub kubelet_registration_path: String,
     pub plugin_registration_path: PathBuf,
@@ -90,8 +91,9 @@ pub struct Config {
     pub socket_perms: socket::Permissions,
 }
 
-impl Config {
-    /// Checks the flags; `None` means "exit at once, successfully" (the probe mode).
+impl Settings {
+    /// Checks the flags (a bad one is a usage error, exit 2); `None` means "exit at once,
+    /// successfully" (upstream's probe mode).
     pub fn from_args(args: Args) -> Result<Option<Self>, BoxError> {
         if args.connection_timeout.is_some() {
             log::info!("--connection-timeout is deprecated and has no effect");
@@ -126,7 +128,7 @@ impl Config {
             }
         };
         Ok(Some(Self {
-            csi_address: socket::parse_address(&args.csi_address)?,
+            csi_address: socket::parse_address(&args.csi_address).map_err(UsageError::new)?,
             kubelet_registration_path,
             plugin_registration_path: args.plugin_registration_path,
             timeout: args.timeout.0,
@@ -140,31 +142,40 @@ impl Config {
     }
 }
 
-/// Runs the registrar until SIGTERM or SIGINT.
-pub fn run(args: Args) -> Result<(), BoxError> {
-    let Some(config) = Config::from_args(args)? else {
-        return Ok(());
-    };
-    // One thread: the registrar does little, and every thread costs memory on every node.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let shutdown = Shutdown::on_signals()?;
-        serve(config, shutdown).await
+/// The mode's entry from the command line.
+pub fn main(args: Args) -> Result<(), BoxError> {
+    match Settings::from_args(args)? {
+        Some(settings) => run(settings),
+        None => Ok(()),
+    }
+}
+
+/// Binds the HTTP endpoint (if any) and runs the registrar until SIGTERM or SIGINT.
+pub fn run(settings: Settings) -> Result<(), BoxError> {
+    crate::runtime::serve(Threads::Current, |shutdown| async move {
+        let http = match &settings.http_endpoint {
+            Some(endpoint) => Some(crate::http::bind(endpoint).await?),
+            None => None,
+        };
+        serve(http, settings, shutdown).await
     })
 }
 
-/// Serves the HTTP endpoint (if any) and supervises registration until `shutdown`.
-pub async fn serve(config: Config, shutdown: Shutdown) -> Result<(), BoxError> {
+/// Serves `/healthz`, `/readyz` and `/metrics` on `http` (if given) and keeps the driver
+/// registered until `shutdown`. The registration socket is not passed in: the registrar
+/// creates it, and creates it again whenever the kubelet must register anew.
+pub async fn serve(
+    http: Option<tokio::net::TcpListener>,
+    settings: Settings,
+    shutdown: Shutdown,
+) -> Result<(), BoxError> {
     let mut metrics = crate::metrics::Metrics::new();
     let tracker = Tracker::new(&mut metrics);
     let metrics = Arc::new(metrics);
-    let config = Arc::new(config);
-    if let Some(endpoint) = &config.http_endpoint {
-        let listener = crate::http::bind(endpoint).await?;
+    let settings = Arc::new(settings);
+    if let Some(listener) = http {
         let handler = health::Handler {
-            config: config.clone(),
+            settings: settings.clone(),
             tracker: tracker.clone(),
             metrics: metrics.clone(),
         };
@@ -174,7 +185,7 @@ pub async fn serve(config: Config, shutdown: Shutdown) -> Result<(), BoxError> {
             shutdown.clone(),
         ));
     }
-    supervise::Supervisor::new(config, tracker, metrics, shutdown)
+    supervise::Supervisor::new(settings, tracker, metrics, shutdown)
         .run()
         .await
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::Config;
+use super::Settings;
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 use crate::BoxError;
 use crate::backoff::Doubling;
@@ -56,11 +56,11 @@ struct Served {
 
 impl Served {
     fn start(
-        config: &Config,
+        settings: &Settings,
         path: &Path,
         service: RegistrationService,
     ) -> Result<Self, SocketError> {
-        let (listener, guard) = socket::bind_tokio(path, config.socket_perms)?;
+        let (listener, guard) = socket::bind_tokio(path, settings.socket_perms)?;
         let (stop, stopped) = Shutdown::manual();
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
         let task = tokio::spawn(
@@ -94,7 +94,7 @@ enum Next {
 
 /// The registration life cycle and its state.
 pub struct Supervisor {
-    config: Arc<Config>,
+    settings: Arc<Settings>,
     tracker: Arc<Tracker>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
@@ -109,14 +109,14 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(
-        config: Arc<Config>,
+        settings: Arc<Settings>,
         tracker: Arc<Tracker>,
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
     ) -> Self {
         let (verdict_tx, verdicts) = unbounded_channel();
         Self {
-            config,
+            settings,
             tracker,
             metrics,
             shutdown,
@@ -144,27 +144,27 @@ impl Supervisor {
     /// Asks the driver its name, retrying with back-off until it answers with a valid one.
     /// Returns `None` on shutdown; an error when `--driver-wait-limit` runs out.
     async fn learn_driver(&self) -> Result<Option<Driver>, BoxError> {
-        let config = &self.config;
+        let settings = &self.settings;
         let started = Instant::now();
-        let give_up = config.driver_wait_limit;
-        let attempt_timeout = config.timeout.max(Duration::from_secs(1));
+        let give_up = settings.driver_wait_limit;
+        let attempt_timeout = settings.timeout.max(Duration::from_secs(1));
         let channel = tokio::select! {
             biased;
             () = self.shutdown.clone().wait() => return Ok(None),
-            dialled = socket::dial(&config.csi_address, attempt_timeout, give_up) => dialled?,
+            dialled = socket::dial(&settings.csi_address, attempt_timeout, give_up) => dialled?,
         };
         let mut client = IdentityClient::new(channel);
         let mut backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
         loop {
             let delay = backoff.next_delay();
             // Read before asking: a restart during the call then shows as a change later.
-            let socket = socket::identity_of(&config.csi_address);
+            let socket = socket::identity_of(&settings.csi_address);
             let asked = Instant::now();
             let request = tonic::Request::new(crate::proto::csi::GetPluginInfoRequest {});
-            let reply = tokio::time::timeout(config.timeout, client.get_plugin_info(request))
+            let reply = tokio::time::timeout(settings.timeout, client.get_plugin_info(request))
                 .await
                 .unwrap_or_else(|_| {
-                    let message = format!("no answer within {:?}", config.timeout);
+                    let message = format!("no answer within {:?}", settings.timeout);
                     Err(tonic::Status::deadline_exceeded(message))
                 });
             let code = reply
@@ -176,7 +176,7 @@ impl Supervisor {
                 .unwrap_or_default();
             self.metrics
                 .observe(&name, GET_PLUGIN_INFO, code, asked.elapsed());
-            let address = config.csi_address.display();
+            let address = settings.csi_address.display();
             match reply {
                 Ok(_) if name.is_empty() => {
                     log::warn!("driver at {address} returned an empty name")
@@ -204,11 +204,12 @@ impl Supervisor {
     /// Serves registration sockets for `driver`, one generation after another, until shutdown
     /// or until the driver restarts.
     async fn keep_registered(&mut self, driver: &Driver) -> Result<Next, BoxError> {
-        let path = super::registration_socket(&self.config.plugin_registration_path, &driver.name);
+        let path =
+            super::registration_socket(&self.settings.plugin_registration_path, &driver.name);
         log::info!(
             "driver {} found at {}; registering through {}",
             driver.name,
-            self.config.csi_address.display(),
+            self.settings.csi_address.display(),
             path.display()
         );
         let mut reject_backoff = Doubling::new(FIRST_BACKOFF, MAX_REJECT_BACKOFF);
@@ -219,11 +220,11 @@ impl Supervisor {
             }
             self.generation += 1;
             let service = RegistrationService {
-                info: plugin_info(&driver.name, &self.config.kubelet_registration_path),
+                info: plugin_info(&driver.name, &self.settings.kubelet_registration_path),
                 generation: self.generation,
                 verdicts: self.verdict_tx.clone(),
             };
-            let served = match Served::start(&self.config, &path, service) {
+            let served = match Served::start(&self.settings, &path, service) {
                 Ok(served) => served,
                 Err(e @ SocketError::NotASocket { .. }) if !self.served_once => {
                     return Err(e.into());
@@ -261,7 +262,7 @@ impl Supervisor {
         driver: &Driver,
         reject_backoff: &mut Doubling,
     ) -> Next {
-        let address = &self.config.csi_address;
+        let address = &self.settings.csi_address;
         let mut driver_gone = false;
         let mut ticker = tokio::time::interval(CHECK_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::eventually;
+
 use csi_nodekit::proto::csi::node_server::{Node, NodeServer};
 use csi_nodekit::proto::csi::*;
 use csi_nodekit::proto::registration::registration_server::{Registration, RegistrationServer};
@@ -23,20 +25,6 @@ pub fn csi_plugin(name: &str, endpoint: &str) -> PluginInfo {
         name: name.into(),
         endpoint: endpoint.into(),
         supported_versions: vec!["1.0.0".into()],
-    }
-}
-
-/// Polls `check` every 10 ms until it yields a value or `limit` passes.
-pub async fn eventually<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return Some(value);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

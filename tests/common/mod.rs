@@ -1,9 +1,11 @@
 //! Helpers shared by the integration tests: the real binary, temp dirs, waiting on sockets.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The binary cargo built for this test run.
@@ -25,16 +27,33 @@ pub fn free_local_address() -> String {
     listener.local_addr().expect("local address").to_string()
 }
 
-/// Polls `check` every 20 ms until it is true or `limit` passes.
-pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+/// Polls `check` every 10 ms until it yields a value or `limit` passes: the one waiting loop
+/// of the tests (it sleeps asynchronously, so in-process servers on the same runtime go on).
+pub async fn eventually<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    check()
+}
+
+/// [`eventually`] for a yes-or-no condition.
+pub async fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    eventually(limit, || check().then_some(())).await.is_some()
+}
+
+/// [`wait_until`] for a test that runs no runtime of its own.
+pub fn wait_until_blocking(limit: Duration, check: impl FnMut() -> bool) -> bool {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime to wait on")
+        .block_on(wait_until(limit, check))
 }
 
 pub fn is_socket(path: &Path) -> bool {
@@ -64,27 +83,78 @@ pub fn send_signal(child: &Child, signal: nix::sys::signal::Signal) {
 }
 
 /// Starts `csi-nodekit node-server` on `socket` with its state in `state_dir`.
-pub fn spawn_node_server(socket: &Path, state_dir: &Path, extra: &[&str]) -> Child {
-    Command::new(binary())
-        .arg("node-server")
-        .arg(format!("--endpoint=unix://{}", socket.display()))
-        .arg(format!("--state-dir={}", state_dir.display()))
-        .args(extra)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start node-server")
+pub fn spawn_node_server(socket: &Path, state_dir: &Path, extra: &[&str]) -> KillOnDrop {
+    spawn(
+        Command::new(binary())
+            .arg("node-server")
+            .arg(format!("--endpoint=unix://{}", socket.display()))
+            .arg(format!("--state-dir={}", state_dir.display()))
+            .args(extra),
+        "node-server",
+    )
 }
 
-/// Kills a child on drop so a failing test leaves no process behind.
-pub struct KillOnDrop(pub Child);
+/// Starts a process of the binary (or anything else) for a test: no stdin, its stderr (its
+/// logs) captured for the test, see [`KillOnDrop`].
+pub fn spawn(command: &mut Command, what: &str) -> KillOnDrop {
+    let child = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    KillOnDrop::new(child)
+}
+
+/// A child process owned by a test. Its stderr, if piped, is read into a buffer that is shown
+/// only when the test fails (a passing run prints no server logs); dropping the guard kills
+/// the process, so a failing test leaves none behind.
+pub struct KillOnDrop(pub Child, Captured);
+
+/// What a child wrote to stderr, read on a thread of its own.
+pub struct Captured {
+    text: Arc<Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KillOnDrop {
+    pub fn new(mut child: Child) -> Self {
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let reader = child.stderr.take().map(|mut stderr| {
+            let text = text.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n @ 1..) = stderr.read(&mut chunk) {
+                    text.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            })
+        });
+        Self(child, Captured { text, reader })
+    }
+
+    /// What the process has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.1.text.lock().unwrap()).into_owned()
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if let Some(reader) = self.1.reader.take() {
+            let _ = reader.join();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- stderr of process {} ----\n{}---- end of stderr ----",
+                self.0.id(),
+                self.stderr()
+            );
+        }
     }
 }
 pub mod csi_node;
 pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;
+pub mod registrar;

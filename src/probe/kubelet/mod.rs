@@ -3,7 +3,8 @@
 //! kubelet would have written to the API server.
 //!
 //! - [`watcher`] — inotify on the registry, recursively; the walk at start.
-//! - [`reconciler`] — desired and actual state, the 1 s loop, one operation per socket path.
+//! - [`state`] — desired and actual state, operations in flight, what was written.
+//! - [`reconciler`] — the 1 s loop: deregister, then register, one operation per socket path.
 //! - [`register`] — one registration: GetInfo, validation, NodeGetInfo, notify.
 //! - [`validate`] — CSI version rules with the kubelet's error texts.
 //! - [`csinode`] — the Node annotation, topology labels and the CSINode object.
@@ -15,6 +16,7 @@ pub mod csinode;
 pub mod reconciler;
 pub mod register;
 pub mod report;
+pub mod state;
 pub mod validate;
 pub mod watcher;
 
@@ -24,10 +26,11 @@ use std::sync::Arc;
 use argh::{ArgsInfo, FromArgs};
 use tokio::sync::mpsc::{self, UnboundedSender};
 
+use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
 use crate::{BoxError, UsageError, logging};
-use reconciler::Shared;
 pub use report::{Event, Failure, NodeView, Output, Registration, Report, Retry};
+use state::Shared;
 
 #[derive(FromArgs, ArgsInfo, Debug)]
 #[argh(subcommand, name = "kubelet")]
@@ -128,28 +131,51 @@ pub async fn once(config: Config) -> Result<Report, BoxError> {
     })
 }
 
-/// Runs the emulator as the command line asked.
-pub fn run(args: Args) -> Result<(), BoxError> {
-    let output: Output = args.output.parse().map_err(UsageError::new)?;
-    let config = Config {
-        registry: args.plugins_registry,
-        host_root: args.host_root,
-        node_name: node_name(args.node_name)?,
+/// The command line, validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: Config,
+    /// Walk once, print one report, exit.
+    pub once: bool,
+    pub output: Output,
+}
+
+impl Settings {
+    pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        Ok(Self {
+            output: args.output.parse().map_err(UsageError::new)?,
+            once: args.once,
+            config: Config {
+                registry: args.plugins_registry,
+                host_root: args.host_root,
+                node_name: node_name(args.node_name)?,
+            },
+        })
+    }
+}
+
+/// Runs the emulator as the settings ask: one report, or events until SIGTERM or SIGINT.
+pub fn run(settings: Settings) -> Result<(), BoxError> {
+    let Settings {
+        config,
+        once: just_once,
+        output,
+    } = settings;
+    let threads = Threads::Multi {
+        workers: 2,
+        blocking: None,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        if args.once {
+    if just_once {
+        return crate::runtime::run(threads, async move {
             let report = once(config).await?;
             println!("{}", report.render(output));
-            return match report.problem() {
+            match report.problem() {
                 None => Ok(()),
                 Some(problem) => Err(problem.into()),
-            };
-        }
-        let shutdown = Shutdown::on_signals()?;
+            }
+        });
+    }
+    crate::runtime::serve(threads, |shutdown| async move {
         let (sender, mut events) = mpsc::unbounded_channel::<Event>();
         let printing = async {
             while let Some(event) = events.recv().await {

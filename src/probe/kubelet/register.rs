@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::timeout;
 use tonic::transport::Channel;
 
-use super::reconciler::{Registered, Shared};
 use super::report::{Failure, Registration};
+use super::state::{Registered, Shared};
 use super::validate::{validate_plugin, validate_versions};
 use crate::gocompat::{self, DEADLINE_EXCEEDED};
 use crate::proto::csi::node_client::NodeClient;

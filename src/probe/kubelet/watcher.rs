@@ -19,7 +19,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDe
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::reconciler::Shared;
+use super::state::Shared;
 
 /// tokio needs `AsRawFd`; nix's `Inotify` offers `AsFd`.
 struct Fd(Inotify);
