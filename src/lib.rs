@@ -2,31 +2,44 @@
 //!
 //! # Layout
 //!
-//! - `main.rs` — thin: argv → mode → run → exit code (the only place that picks exit codes).
-//! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation.
-//! - [`driver_name`] — the CSI naming rule for driver names.
-//! - [`duration`] — Go duration syntax for upstream-compatible flags (`2m30s`).
-//! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
-//! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
-//!   dialling with back-off.
+//! - `main.rs` — thin: argv → mode → `<mode>::main(args)` → exit code (the only place that
+//!   picks exit codes).
+//! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation;
+//!   [`ModeArgs`](cli::ModeArgs), what `main` needs from every mode's `Args`.
+//! - Every mode has one contract: `Args` (argh) → `Settings::from_args` (validated; a bad value
+//!   is a usage error, exit 2) → `run(settings)` (runtime and signals, at the edge) →
+//!   `serve(listeners…, settings, shutdown)`, which tests call in-process.
+//! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown.
 //! - [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
+//! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
+//!   dialling with back-off (`socket/dial.rs`).
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics`, and a one-shot GET.
 //! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
-//! - [`node_server`] — the CSI plugin (`node-server` mode): `identity`, `node`, `controller`
-//!   (one file per CSI service), `volumes` + `store` (state, atomic records, per-volume locks),
-//!   `publish` + `mount` + `mountinfo` (bind mounts; the mount table is the truth), `validate`
-//!   (request checks → exact gRPC codes), `capacity`, `ephemeral`.
+//! - [`backoff`] — the one doubling back-off (dialling, the registrar, the kubelet emulator).
+//! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
+//!   formatting of values and errors.
+//! - [`driver_name`] — the CSI naming rule for driver names.
+//! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
+//! - [`node_server`] — the CSI plugin (`node-server` mode): `mod.rs` (the contract), `driver`
+//!   (the plugin's state and operations; the one locked blocking helper), `identity`, `node`,
+//!   `controller` (one file per CSI service, each with its error → gRPC code table), `error`
+//!   (what each service's operations can fail with), `volumes` + `store` (records, atomic
+//!   writes, per-volume locks), `publish` + `mount` + `mountinfo` (bind mounts; the mount table
+//!   is the truth), `validate` (request checks → exact gRPC codes), `capacity`, `ephemeral`.
 //! - [`registrar`] — drop-in node-driver-registrar (`registrar` mode): `service` (the
 //!   Registration API and the status it feeds), `supervise` (driver watch, socket healing,
 //!   re-registration), `health` (`/healthz`, `/readyz`, `/metrics`).
-//! - [`probe`] — `probe` mode: `serve` (livenessprobe), `once`, `registration`, and `kubelet`
-//!   (the kubelet's plugin manager: `watcher`, `reconciler`, `register`, `validate`, `csinode`).
+//! - [`probe`] — `probe` mode: `serve` (livenessprobe), `once`, `registration`, `check` (one
+//!   Probe call), and `kubelet` (the kubelet's plugin manager: `watcher`, `state`,
+//!   `reconciler`, `register`, `validate`, `csinode`, `backoff`, `report`).
 //! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
 //!
-//! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (real processes, sockets and
-//! mounts), `benches/` + `examples/` (benchmarks that print figures), `scripts/` (static build,
-//! image, demo, benchmarks), `packaging/` (Containerfile, Kubernetes manifests).
+//! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
+//! `tests/main.rs`, a module per area and `tests/common/` for the fakes and helpers: real
+//! processes, sockets and mounts), `benches/` + `examples/` (benchmarks that print figures),
+//! `scripts/` (static build, image, demo, benchmarks), `packaging/` (Containerfile, Kubernetes
+//! manifests).
 
 pub mod backoff;
 pub mod cli;

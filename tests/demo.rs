@@ -4,6 +4,7 @@ use crate::common;
 
 use std::process::Command;
 
+#[ignore = "needs root: the demo makes a private mount namespace and real mounts"]
 #[test]
 fn the_demo_registers_publishes_a_volume_and_leaves_nothing_behind() {
     let out = Command::new(common::binary())

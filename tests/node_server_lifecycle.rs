@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::csi_node::*;
 use csi_nodekit::proto::csi::*;
 
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_goes_through_its_whole_life_with_real_mounts() {
     let (sandbox, server, mut csi) = setup().await;
@@ -139,6 +140,7 @@ async fn a_volume_goes_through_its_whole_life_with_real_mounts() {
     server.stop().await;
 }
 
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_repeated_with_the_same_arguments_succeeds_without_stacking_mounts() {
     let (sandbox, server, mut csi) = setup().await;
@@ -176,6 +178,7 @@ async fn every_call_repeated_with_the_same_arguments_succeeds_without_stacking_m
     server.stop().await;
 }
 
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_in_the_middle_of_the_lifecycle_loses_nothing() {
     let sandbox = MountSandbox::new();
@@ -225,6 +228,7 @@ async fn a_restart_in_the_middle_of_the_lifecycle_loses_nothing() {
     second.stop().await;
 }
 
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_inline_volume_lives_from_publish_to_unpublish() {
     let (sandbox, server, mut csi) = setup().await;
@@ -264,6 +268,7 @@ async fn an_ephemeral_inline_volume_lives_from_publish_to_unpublish() {
     server.stop().await;
 }
 
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_mount_group_owns_the_volume_and_mount_flags_reach_the_mount() {
     let (sandbox, server, mut csi) = setup().await;
@@ -303,6 +308,7 @@ async fn a_volume_mount_group_owns_the_volume_and_mount_flags_reach_the_mount() 
     server.stop().await;
 }
 
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_binary_serves_the_lifecycle_and_stops_cleanly_on_sigterm() {
     let sandbox = MountSandbox::new();

@@ -177,6 +177,7 @@ fn chroot() -> PathBuf {
         .expect("chroot (coreutils) on PATH")
 }
 
+#[ignore = "needs root and buildah: builds the image and runs it under chroot"]
 #[test]
 fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_version_inside_it() {
     let build = first_build();
@@ -256,6 +257,7 @@ fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_ver
     }
 }
 
+#[ignore = "needs root and buildah: builds the image and runs it under chroot"]
 #[test]
 fn building_the_image_again_from_the_same_binary_gives_the_same_digest_and_archive_bytes() {
     // From the binary inside the first image: the source tree may change between two builds

@@ -95,6 +95,7 @@ fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
         .fold(arg.to_owned(), |a, (k, v)| a.replace(&format!("$({k})"), v))
 }
 
+#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn every_manifest_validates_strictly_against_the_kubernetes_api_schema() {
     let files = manifests();
@@ -119,6 +120,7 @@ fn every_manifest_validates_strictly_against_the_kubernetes_api_schema() {
     }
 }
 
+#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn every_command_line_the_manifests_give_our_image_is_accepted_by_the_binary() {
     // The image's names, as links to the binary under test; the image's entry point is
@@ -183,6 +185,7 @@ fn every_command_line_the_manifests_give_our_image_is_accepted_by_the_binary() {
     assert!(checked >= 6, "only {checked} command lines found");
 }
 
+#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn the_manifests_agree_on_the_driver_name_the_socket_paths_and_the_image_version() {
     let docs = documents();

@@ -75,6 +75,7 @@ fn a_symlink_is_refused_and_neither_it_nor_its_target_is_touched() {
     assert!(common::is_socket(&target));
 }
 
+#[ignore = "needs root: gives the socket to a group the user is not in"]
 #[test]
 fn the_socket_gets_the_requested_mode_and_group() {
     let dir = tempfile::tempdir().unwrap();

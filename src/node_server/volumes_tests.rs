@@ -151,6 +151,7 @@ fn new_ids_are_distinct_and_safe_as_directory_names() {
     }
 }
 
+#[ignore = "needs root: gives the volume to a group the user is not in"]
 #[test]
 fn a_mount_group_owns_the_volume_and_is_inherited() {
     let (_dir, volumes) = open(None);

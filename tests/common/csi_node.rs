@@ -18,18 +18,9 @@ use tonic::transport::Channel;
 pub const DRIVER: &str = "test.nodekit.io";
 pub const NODE: &str = "node-a";
 
-/// Mount tests need root; the project's test command runs them as root in a private mount
-/// namespace (`unshare --mount --propagation private cargo test`).
-pub fn require_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "node-server mount tests need root: run `unshare --mount --propagation private \
-         cargo test` as root"
-    );
-}
-
-/// A temporary directory for mount tests. Dropping it unmounts everything under it first
-/// (deepest first), so a failed test neither leaks mounts nor deletes through one.
+/// A temporary directory for node-server tests. Dropping it unmounts everything under it first
+/// (deepest first), so a failed test neither leaks mounts nor deletes through one. Tests that
+/// mount need root and say so (`#[ignore = "needs root: …"]`); the others run as anyone.
 pub struct MountSandbox {
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
@@ -37,7 +28,6 @@ pub struct MountSandbox {
 
 impl MountSandbox {
     pub fn new() -> Self {
-        require_root();
         let dir = tempfile::tempdir().expect("create sandbox");
         let path = dir.path().canonicalize().expect("resolve sandbox");
         Self {
