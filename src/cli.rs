@@ -218,12 +218,34 @@ pub fn switch_names(info: &CommandInfoWithArgs) -> Vec<&'static str> {
     names
 }
 
-/// Implements [`ModeArgs`] for an argument struct with the usual `v`, `logging_format` and
-/// `version` fields (argh cannot share fields between structs, so each mode declares them).
+/// Declares a mode's argument struct with the flags every mode shares appended (`--v`,
+/// `--logging-format`, `--version`: argh cannot share fields between structs), and implements
+/// [`ModeArgs`] for it. The struct is written as usual, attributes and doc comments included.
 #[macro_export]
 macro_rules! mode_args {
-    ($args:ty) => {
-        impl $crate::cli::ModeArgs for $args {
+    (
+        $(#[$($meta:tt)*])*
+        pub struct $name:ident {
+            $($fields:tt)*
+        }
+    ) => {
+        // The fields pass as raw tokens: argh reads their types (a switch must be `bool`),
+        // which a `ty` fragment would hide.
+        $(#[$($meta)*])*
+        pub struct $name {
+            $($fields)*
+            /// log verbosity, klog style (0 = quiet)
+            #[argh(option, default = "0")]
+            pub v: u8,
+            /// log format: text or json
+            #[argh(option, default = "crate::logging::Format::Text")]
+            pub logging_format: $crate::logging::Format,
+            /// print the version and exit
+            #[argh(switch)]
+            pub version: bool,
+        }
+
+        impl $crate::cli::ModeArgs for $name {
             fn version(&self) -> bool {
                 self.version
             }
@@ -234,8 +256,9 @@ macro_rules! mode_args {
     };
 }
 
-/// What `main` needs from every mode's argument struct, beyond parsing.
-pub trait ModeArgs: argh::FromArgs + argh::ArgsInfo {
+/// What `main` needs from every mode's argument struct, beyond parsing (argh's `FromArgs`
+/// and `ArgsInfo`): the flags all modes share.
+pub trait ModeArgs {
     /// `--version` was given.
     fn version(&self) -> bool;
     /// `--v` and `--logging-format`.

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
 }
 
 /// Parses a mode's flags, handles `--help` and `--version`, sets up logging and runs it.
-fn run_mode<A: ModeArgs>(
+fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
     program: &str,
     args: &[String],
     run: fn(A) -> Result<(), BoxError>,

@@ -12,30 +12,21 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 
+use crate::BoxError;
 use crate::node_server::mountinfo::MountTable;
 use crate::runtime::Threads;
-use crate::{BoxError, logging};
 use processes::{Child, Kubelet};
 
 /// The demo's driver and node names.
 const DRIVER: &str = "demo.nodekit.csi.local";
 const NODE: &str = "demo-node";
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-/// Run the whole registration flow and a volume's life on this machine (root; no cluster).
-pub struct Args {
-    /// log verbosity of the demo and its processes, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    /// Run the whole registration flow and a volume's life on this machine (root; no cluster).
+    pub struct Args {
+    }
 }
-
-crate::mode_args!(Args);
 
 /// The demo's directory layout, laid out as on a real node.
 pub struct Layout {

@@ -43,7 +43,7 @@ use crate::proto::csi::identity_server::IdentityServer;
 use crate::proto::csi::node_server::NodeServer;
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-use crate::{BoxError, UsageError, logging, socket};
+use crate::{BoxError, UsageError, socket};
 
 /// The default driver name: domain-style, as the CSI spec requires.
 pub const DEFAULT_DRIVER_NAME: &str = "nodekit.csi.local";
@@ -51,46 +51,37 @@ pub const DEFAULT_DRIVER_NAME: &str = "nodekit.csi.local";
 /// The longest node ID the CSI spec allows.
 pub const MAX_NODE_ID: usize = 256;
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-/// A CSI plugin for node-local volumes, serving Identity, Node and Controller on a Unix socket.
-pub struct Args {
-    /// CSI endpoint to listen on: unix:///path, unix:/path or /path
-    #[argh(option, default = "String::from(\"unix:///csi/csi.sock\")")]
-    pub endpoint: String,
-    /// driver name reported by GetPluginInfo (domain style, at most 63 characters)
-    #[argh(option, default = "String::from(DEFAULT_DRIVER_NAME)")]
-    pub driver_name: String,
-    /// node ID reported by NodeGetInfo (default: $NODE_NAME, else the host name)
-    #[argh(option)]
-    pub node_id: Option<String>,
-    /// volume limit reported by NodeGetInfo; 0 states no limit
-    #[argh(option, default = "0")]
-    pub max_volumes_per_node: i64,
-    /// bytes all volumes may take together, e.g. 100Gi (default: the free space of the
-    /// state directory's filesystem when each volume is created)
-    #[argh(option)]
-    pub capacity: Option<String>,
-    /// directory holding volumes and their state
-    #[argh(option, default = "PathBuf::from(\"/var/lib/csi-nodekit\")")]
-    pub state_dir: PathBuf,
-    /// file mode of the CSI socket, octal
-    #[argh(option, default = "socket::SocketMode(0o660)")]
-    pub socket_mode: socket::SocketMode,
-    /// numeric group ID to own the CSI socket
-    #[argh(option)]
-    pub socket_group: Option<u32>,
-    /// log verbosity, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    /// A CSI plugin for node-local volumes, serving Identity, Node and Controller on a Unix socket.
+    pub struct Args {
+        /// CSI endpoint to listen on: unix:///path, unix:/path or /path
+        #[argh(option, default = "String::from(\"unix:///csi/csi.sock\")")]
+        pub endpoint: String,
+        /// driver name reported by GetPluginInfo (domain style, at most 63 characters)
+        #[argh(option, default = "String::from(DEFAULT_DRIVER_NAME)")]
+        pub driver_name: String,
+        /// node ID reported by NodeGetInfo (default: $NODE_NAME, else the host name)
+        #[argh(option)]
+        pub node_id: Option<String>,
+        /// volume limit reported by NodeGetInfo; 0 states no limit
+        #[argh(option, default = "0")]
+        pub max_volumes_per_node: i64,
+        /// bytes all volumes may take together, e.g. 100Gi (default: the free space of the
+        /// state directory's filesystem when each volume is created)
+        #[argh(option)]
+        pub capacity: Option<String>,
+        /// directory holding volumes and their state
+        #[argh(option, default = "PathBuf::from(\"/var/lib/csi-nodekit\")")]
+        pub state_dir: PathBuf,
+        /// file mode of the CSI socket, octal
+        #[argh(option, default = "socket::SocketMode(0o660)")]
+        pub socket_mode: socket::SocketMode,
+        /// numeric group ID to own the CSI socket
+        #[argh(option)]
+        pub socket_group: Option<u32>,
+    }
 }
-
-crate::mode_args!(Args);
 
 /// What the plugin is, independent of how it is started.
 #[derive(Debug, Clone)]

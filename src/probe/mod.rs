@@ -14,6 +14,7 @@ pub mod serve;
 
 use argh::{ArgsInfo, FromArgs};
 
+use crate::cli::ModeArgs;
 use crate::{BoxError, UsageError, logging};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
@@ -37,22 +38,23 @@ pub enum Command {
 
 impl crate::cli::ModeArgs for Args {
     fn version(&self) -> bool {
-        let asked_below = match &self.command {
-            Some(Command::Serve(args)) => args.version,
-            Some(Command::Once(args)) => args.version,
-            Some(Command::Registration(args)) => args.version,
-            Some(Command::Kubelet(args)) => args.version,
-            None => false,
-        };
-        self.version || asked_below
+        self.version || self.chosen().is_some_and(ModeArgs::version)
     }
     fn logging(&self) -> (u8, logging::Format) {
+        self.chosen()
+            .map_or((0, logging::Format::Text), ModeArgs::logging)
+    }
+}
+
+impl Args {
+    /// The chosen subcommand's arguments, which carry the common flags.
+    fn chosen(&self) -> Option<&dyn ModeArgs> {
         match &self.command {
-            Some(Command::Serve(args)) => (args.v, args.logging_format),
-            Some(Command::Once(args)) => (args.v, args.logging_format),
-            Some(Command::Registration(args)) => (args.v, args.logging_format),
-            Some(Command::Kubelet(args)) => (args.v, args.logging_format),
-            None => (0, logging::Format::Text),
+            Some(Command::Serve(args)) => Some(args),
+            Some(Command::Once(args)) => Some(args),
+            Some(Command::Registration(args)) => Some(args),
+            Some(Command::Kubelet(args)) => Some(args),
+            None => None,
         }
     }
 }

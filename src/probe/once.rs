@@ -9,27 +9,20 @@ use argh::{ArgsInfo, FromArgs};
 use super::check;
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
-use crate::{BoxError, UsageError, logging, socket};
+use crate::{BoxError, UsageError, socket};
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-#[argh(subcommand, name = "once")]
-/// Call the driver's Probe once: exit 0 if it is ready, 1 with the reason otherwise.
-pub struct Args {
-    /// address of the CSI driver socket
-    #[argh(option, default = "String::from(\"/run/csi/socket\")")]
-    pub csi_address: String,
-    /// deadline for connecting and calling Probe (Go duration)
-    #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
-    pub probe_timeout: GoDuration,
-    /// log verbosity, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    #[argh(subcommand, name = "once")]
+    /// Call the driver's Probe once: exit 0 if it is ready, 1 with the reason otherwise.
+    pub struct Args {
+        /// address of the CSI driver socket
+        #[argh(option, default = "String::from(\"/run/csi/socket\")")]
+        pub csi_address: String,
+        /// deadline for connecting and calling Probe (Go duration)
+        #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+        pub probe_timeout: GoDuration,
+    }
 }
 
 /// The command line, validated.

@@ -6,29 +6,22 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 
+use crate::BoxError;
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
-use crate::{BoxError, logging};
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-#[argh(subcommand, name = "registration")]
-/// Exit 0 if the kubelet confirmed the driver's registration (asks the registrar's /readyz).
-pub struct Args {
-    /// the registrar's --http-endpoint (":9809" means this host)
-    #[argh(option, default = "String::from(\":9809\")")]
-    pub http_endpoint: String,
-    /// deadline for the answer (Go duration)
-    #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
-    pub timeout: GoDuration,
-    /// log verbosity, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    #[argh(subcommand, name = "registration")]
+    /// Exit 0 if the kubelet confirmed the driver's registration (asks the registrar's /readyz).
+    pub struct Args {
+        /// the registrar's --http-endpoint (":9809" means this host)
+        #[argh(option, default = "String::from(\":9809\")")]
+        pub http_endpoint: String,
+        /// deadline for the answer (Go duration)
+        #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+        pub timeout: GoDuration,
+    }
 }
 
 /// The command line, validated.

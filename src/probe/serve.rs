@@ -17,39 +17,32 @@ use crate::http::Reply;
 use crate::metrics::Metrics;
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-use crate::{BoxError, UsageError, logging, socket};
+use crate::{BoxError, UsageError, socket};
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-#[argh(subcommand, name = "serve")]
-/// Serve /healthz by calling the driver's Probe (drop-in livenessprobe).
-pub struct Args {
-    /// address of the CSI driver socket
-    #[argh(option, default = "String::from(\"/run/csi/socket\")")]
-    pub csi_address: String,
-    /// deadline for connecting and calling Probe (Go duration)
-    #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
-    pub probe_timeout: GoDuration,
-    /// deprecated: TCP port for /healthz on 0.0.0.0 (use --http-endpoint)
-    #[argh(option, default = "String::from(\"9808\")")]
-    pub health_port: String,
-    /// address to listen on for /healthz and /metrics, e.g. :9808
-    #[argh(option, default = "String::new()")]
-    pub http_endpoint: String,
-    /// deprecated: a separate address for metrics
-    #[argh(option, default = "String::new()")]
-    pub metrics_address: String,
-    /// path of the metrics page
-    #[argh(option, default = "String::from(\"/metrics\")")]
-    pub metrics_path: String,
-    /// log verbosity, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    #[argh(subcommand, name = "serve")]
+    /// Serve /healthz by calling the driver's Probe (drop-in livenessprobe).
+    pub struct Args {
+        /// address of the CSI driver socket
+        #[argh(option, default = "String::from(\"/run/csi/socket\")")]
+        pub csi_address: String,
+        /// deadline for connecting and calling Probe (Go duration)
+        #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+        pub probe_timeout: GoDuration,
+        /// deprecated: TCP port for /healthz on 0.0.0.0 (use --http-endpoint)
+        #[argh(option, default = "String::from(\"9808\")")]
+        pub health_port: String,
+        /// address to listen on for /healthz and /metrics, e.g. :9808
+        #[argh(option, default = "String::new()")]
+        pub http_endpoint: String,
+        /// deprecated: a separate address for metrics
+        #[argh(option, default = "String::new()")]
+        pub metrics_address: String,
+        /// path of the metrics page
+        #[argh(option, default = "String::from(\"/metrics\")")]
+        pub metrics_path: String,
+    }
 }
 
 type Outcome = Option<Result<(), Arc<ProbeError>>>;

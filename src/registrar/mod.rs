@@ -17,62 +17,53 @@ pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-use crate::{BoxError, UsageError, logging, socket};
+use crate::{BoxError, UsageError, socket};
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-/// Registers a CSI driver with the kubelet and keeps it registered (drop-in node-driver-registrar).
-pub struct Args {
-    /// address of the CSI driver socket
-    #[argh(option, default = "String::from(\"/run/csi/socket\")")]
-    pub csi_address: String,
-    /// path of the driver socket on the host, handed to the kubelet (required)
-    #[argh(option)]
-    pub kubelet_registration_path: Option<String>,
-    /// directory where <driver>-reg.sock is created
-    #[argh(option, default = "PathBuf::from(\"/registration\")")]
-    pub plugin_registration_path: PathBuf,
-    /// deadline of each GetPluginInfo call and of the /healthz self-check (Go duration)
-    #[argh(option, default = "GoDuration(Duration::from_secs(1))")]
-    pub timeout: GoDuration,
-    /// address of the HTTP server for /healthz, /readyz and /metrics, e.g. :9809 (off if empty)
-    #[argh(option, default = "String::new()")]
-    pub http_endpoint: String,
-    /// deprecated: TCP port for /healthz (use --http-endpoint)
-    #[argh(option, default = "0")]
-    pub health_port: u16,
-    /// deprecated: kubelet-registration-probe exits at once, as upstream does
-    #[argh(option, default = "String::new()")]
-    pub mode: String,
-    /// deprecated, no effect
-    #[argh(option)]
-    pub connection_timeout: Option<String>,
-    /// give up if the driver has not answered within this Go duration (default: wait forever)
-    #[argh(option)]
-    pub driver_wait_limit: Option<GoDuration>,
-    /// file mode of the registration socket, octal
-    #[argh(option, default = "socket::SocketMode(0o700)")]
-    pub socket_mode: socket::SocketMode,
-    /// numeric group ID to own the registration socket
-    #[argh(option)]
-    pub socket_group: Option<u32>,
-    /// accepted for compatibility and ignored (Go profiling endpoints)
-    #[argh(switch)]
-    pub enable_pprof: bool,
-    /// accepted for compatibility and ignored (Go runtime tuning)
-    #[argh(switch)]
-    pub automaxprocs: bool,
-    /// log verbosity, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    /// Registers a CSI driver with the kubelet and keeps it registered (drop-in node-driver-registrar).
+    pub struct Args {
+        /// address of the CSI driver socket
+        #[argh(option, default = "String::from(\"/run/csi/socket\")")]
+        pub csi_address: String,
+        /// path of the driver socket on the host, handed to the kubelet (required)
+        #[argh(option)]
+        pub kubelet_registration_path: Option<String>,
+        /// directory where <driver>-reg.sock is created
+        #[argh(option, default = "PathBuf::from(\"/registration\")")]
+        pub plugin_registration_path: PathBuf,
+        /// deadline of each GetPluginInfo call and of the /healthz self-check (Go duration)
+        #[argh(option, default = "GoDuration(Duration::from_secs(1))")]
+        pub timeout: GoDuration,
+        /// address of the HTTP server for /healthz, /readyz and /metrics, e.g. :9809 (off if empty)
+        #[argh(option, default = "String::new()")]
+        pub http_endpoint: String,
+        /// deprecated: TCP port for /healthz (use --http-endpoint)
+        #[argh(option, default = "0")]
+        pub health_port: u16,
+        /// deprecated: kubelet-registration-probe exits at once, as upstream does
+        #[argh(option, default = "String::new()")]
+        pub mode: String,
+        /// deprecated, no effect
+        #[argh(option)]
+        pub connection_timeout: Option<String>,
+        /// give up if the driver has not answered within this Go duration (default: wait forever)
+        #[argh(option)]
+        pub driver_wait_limit: Option<GoDuration>,
+        /// file mode of the registration socket, octal
+        #[argh(option, default = "socket::SocketMode(0o700)")]
+        pub socket_mode: socket::SocketMode,
+        /// numeric group ID to own the registration socket
+        #[argh(option)]
+        pub socket_group: Option<u32>,
+        /// accepted for compatibility and ignored (Go profiling endpoints)
+        #[argh(switch)]
+        pub enable_pprof: bool,
+        /// accepted for compatibility and ignored (Go runtime tuning)
+        #[argh(switch)]
+        pub automaxprocs: bool,
+    }
 }
-
-crate::mode_args!(Args);
 
 /// The registration socket path for a driver: `<dir>/<driver>-reg.sock`.
 pub fn registration_socket(dir: &std::path::Path, driver: &str) -> PathBuf {

@@ -28,41 +28,34 @@ use tokio::sync::mpsc::{self, UnboundedSender};
 
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-use crate::{BoxError, UsageError, logging};
+use crate::{BoxError, UsageError};
 pub use report::{Event, Failure, NodeView, Output, Registration, Report, Retry};
 use state::Shared;
 
-#[derive(FromArgs, ArgsInfo, Debug)]
-#[argh(subcommand, name = "kubelet")]
-/// Emulate the kubelet's plugin registration: watch a registry directory and register plugins.
-pub struct Args {
-    /// directory the kubelet watches for registration sockets
-    #[argh(
-        option,
-        default = "PathBuf::from(\"/var/lib/kubelet/plugins_registry\")"
-    )]
-    pub plugins_registry: PathBuf,
-    /// prefix for host paths returned by plugins, when running in a container
-    #[argh(option)]
-    pub host_root: Option<PathBuf>,
-    /// node name for the CSINode object (default: $NODE_NAME or the host name)
-    #[argh(option)]
-    pub node_name: Option<String>,
-    /// walk once, register everything found, print one report and exit
-    #[argh(switch)]
-    pub once: bool,
-    /// report format: text or json
-    #[argh(option, default = "String::from(\"text\")")]
-    pub output: String,
-    /// log verbosity, klog style (0 = quiet)
-    #[argh(option, default = "0")]
-    pub v: u8,
-    /// log format: text or json
-    #[argh(option, default = "logging::Format::Text")]
-    pub logging_format: logging::Format,
-    /// print the version and exit
-    #[argh(switch)]
-    pub version: bool,
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    #[argh(subcommand, name = "kubelet")]
+    /// Emulate the kubelet's plugin registration: watch a registry directory and register plugins.
+    pub struct Args {
+        /// directory the kubelet watches for registration sockets
+        #[argh(
+            option,
+            default = "PathBuf::from(\"/var/lib/kubelet/plugins_registry\")"
+        )]
+        pub plugins_registry: PathBuf,
+        /// prefix for host paths returned by plugins, when running in a container
+        #[argh(option)]
+        pub host_root: Option<PathBuf>,
+        /// node name for the CSINode object (default: $NODE_NAME or the host name)
+        #[argh(option)]
+        pub node_name: Option<String>,
+        /// walk once, register everything found, print one report and exit
+        #[argh(switch)]
+        pub once: bool,
+        /// report format: text or json
+        #[argh(option, default = "String::from(\"text\")")]
+        pub output: String,
+    }
 }
 
 /// What the emulated kubelet needs to know.
