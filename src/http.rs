@@ -38,6 +38,12 @@ pub enum HttpError {
         #[source]
         source: std::io::Error,
     },
+    #[error("build request for {path}: {source}")]
+    Request {
+        path: String,
+        #[source]
+        source: hyper::http::Error,
+    },
     #[error("{step} with {address}: {source}")]
     Exchange {
         step: &'static str,
@@ -191,14 +197,13 @@ pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, S
             .await
             .map_err(exchange("HTTP handshake"))?;
         tokio::spawn(connection);
-        // A path and a host from a socket address always make a valid request.
-        let mut request = hyper::Request::new(http_body_util::Empty::<Bytes>::new());
-        *request.uri_mut() = path
-            .parse()
-            .unwrap_or_else(|_| hyper::Uri::from_static("/"));
-        if let Ok(host) = hyper::header::HeaderValue::from_str(&address) {
-            request.headers_mut().insert(hyper::header::HOST, host);
-        }
+        let request = hyper::Request::get(path)
+            .header(hyper::header::HOST, address.as_str())
+            .body(http_body_util::Empty::<Bytes>::new())
+            .map_err(|source| HttpError::Request {
+                path: path.to_owned(),
+                source,
+            })?;
         let response = sender
             .send_request(request)
             .await

@@ -121,7 +121,7 @@ async fn http(address: &str, path: &str) -> (u16, String) {
         .expect("HTTP answer")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn get_info_returns_the_driver_name_endpoint_and_version_on_a_0700_socket() {
     let setup = Setup::new();
     let (_driver, _registrar) = setup.running().await;
@@ -138,7 +138,7 @@ async fn get_info_returns_the_driver_name_endpoint_and_version_on_a_0700_socket(
     assert_eq!(mode, 0o700);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_late_driver_socket_is_waited_for_while_healthz_stays_alive() {
     let setup = Setup::new();
     let registrar = setup.start_registrar().await;
@@ -156,7 +156,7 @@ async fn a_late_driver_socket_is_waited_for_while_healthz_stays_alive() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn get_plugin_info_failures_are_retried_with_backoff() {
     let setup = Setup::new();
     let driver = FakeDriver::start(&setup.csi, DRIVER);
@@ -179,7 +179,7 @@ async fn get_plugin_info_failures_are_retried_with_backoff() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_successful_registration_makes_readyz_answer_200() {
     let setup = Setup::new();
     let (_driver, _registrar) = setup.running().await;
@@ -197,7 +197,7 @@ async fn a_successful_registration_makes_readyz_answer_200() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_backoff() {
     let setup = Setup::new();
     let (_driver, registrar) = setup.running().await;
@@ -226,7 +226,7 @@ async fn a_failed_registration_is_answered_and_the_socket_recreated_after_a_back
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
     let setup = Setup::new();
     let (_driver, _registrar) = setup.running().await;
@@ -239,7 +239,7 @@ async fn a_deleted_registration_socket_is_recreated_within_about_a_second() {
     assert_eq!(info.name, DRIVER);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_driver_restart_recreates_the_registration_socket() {
     let setup = Setup::new();
     let (driver, _registrar) = setup.running().await;
@@ -262,7 +262,7 @@ async fn a_driver_restart_recreates_the_registration_socket() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() {
     let setup = Setup::new();
     let (driver, _registrar) = setup.running().await;
@@ -279,7 +279,7 @@ async fn a_renamed_driver_gets_a_new_registration_socket_and_the_old_one_goes() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn healthz_answers_200_404_and_500_as_upstream_does() {
     let setup = Setup::new();
     let (_driver, _registrar) = setup.running().await;
@@ -320,7 +320,7 @@ async fn healthz_answers_200_404_and_500_as_upstream_does() {
     assert!(saw_500, "could not put an impostor in place");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_process_removes_the_registration_socket_on_sigterm_and_exits_0() {
     let setup = Setup::new();
     let _driver = FakeDriver::start(&setup.csi, DRIVER);
@@ -468,7 +468,7 @@ async fn replaced_after(path: &Path, before: Option<csi_nodekit::socket::Identit
     started.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn rejections_back_off_doubling_while_healthz_stays_200_and_success_resets_it() {
     let setup = Setup::new();
     let (_driver, _registrar) = setup.running().await;
@@ -502,7 +502,7 @@ async fn rejections_back_off_doubling_while_healthz_stays_200_and_success_resets
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn readyz_drops_as_soon_as_the_registration_socket_is_lost() {
     let setup = Setup::new();
     let (_driver, _registrar) = setup.running().await;
@@ -514,7 +514,7 @@ async fn readyz_drops_as_soon_as_the_registration_socket_is_lost() {
     assert_eq!(code, 503, "{body}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn healthz_stays_200_while_a_restarted_driver_does_not_answer_yet() {
     let setup = Setup::new();
     let (driver, _registrar) = setup.running().await;
@@ -531,7 +531,7 @@ async fn healthz_stays_200_while_a_restarted_driver_does_not_answer_yet() {
     assert!(body.contains("waiting for the driver"), "{body}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn an_invalid_driver_name_is_refused_and_nothing_is_created() {
     let setup = Setup::new();
     let _driver = FakeDriver::start(&setup.csi, "../escape");

@@ -157,4 +157,5 @@ pub mod csi_node;
 pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;
+pub mod logs;
 pub mod registrar;

@@ -1,6 +1,7 @@
 //! The registrar served in-process, on the test's own HTTP listener and with a shutdown the
 //! test controls: its settings come from a real command line, so defaults and flag parsing are
-//! the binary's.
+//! the binary's. On a test's current-thread runtime its logs are kept for that test and shown
+//! if it fails (see [`logs`](super::logs)).
 
 use std::path::Path;
 
@@ -31,6 +32,7 @@ impl Registrar {
             registry.display().to_string(),
         ];
         words.extend(extra.iter().map(|w| w.to_string()));
+        super::logs::capture();
         let args: Args = csi_nodekit::cli::parse_mode_args("registrar", &words)
             .unwrap_or_else(|stop| panic!("registrar flags: {stop:?}"));
         let settings = Settings::from_args(args)
@@ -65,5 +67,6 @@ impl Registrar {
 impl Drop for Registrar {
     fn drop(&mut self) {
         self.stop.fire();
+        super::logs::finish();
     }
 }
