@@ -179,4 +179,5 @@ pub async fn serve(
     supervise::Supervisor::new(settings, tracker, metrics, shutdown)
         .run()
         .await
+        .map_err(Into::into)
 }

@@ -3,7 +3,7 @@
 //! registration again — socket deleted or replaced, driver restarted or renamed, or the
 //! kubelet reporting a failure (it never retries that by itself).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::Settings;
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
-use crate::BoxError;
 use crate::backoff::Doubling;
+use crate::driver_name::InvalidDriverName;
 use crate::metrics::Metrics;
 use crate::proto::csi::identity_client::IdentityClient;
 use crate::proto::registration::registration_server::RegistrationServer;
@@ -38,6 +38,22 @@ async fn sleep_or_stop(delay: Duration, shutdown: &Shutdown) -> bool {
         () = shutdown.clone().wait() => false,
         () = tokio::time::sleep(delay) => true,
     }
+}
+
+/// Why the registrar gives up (everything else it waits out and retries).
+#[derive(Debug, thiserror::Error)]
+pub enum GiveUp {
+    /// `--driver-wait-limit` ran out before the driver's socket answered.
+    #[error(transparent)]
+    Dial(#[from] socket::DialError),
+    #[error("driver at {} gave no name within {limit:?}", address.display())]
+    NoName { address: PathBuf, limit: Duration },
+    #[error(transparent)]
+    DriverName(#[from] InvalidDriverName),
+    /// A non-socket where the registration socket goes, before we ever created one: a
+    /// configuration error, as upstream treats it.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
 }
 
 /// The driver as last seen: its name, and which socket file answered (a restarted driver binds
@@ -128,7 +144,7 @@ impl Supervisor {
     }
 
     /// Runs until shutdown.
-    pub async fn run(mut self) -> Result<(), BoxError> {
+    pub async fn run(mut self) -> Result<(), GiveUp> {
         loop {
             self.tracker.set_phase(Phase::WaitingForDriver);
             let Some(driver) = self.learn_driver().await? else {
@@ -143,7 +159,7 @@ impl Supervisor {
 
     /// Asks the driver its name, retrying with back-off until it answers with a valid one.
     /// Returns `None` on shutdown; an error when `--driver-wait-limit` runs out.
-    async fn learn_driver(&self) -> Result<Option<Driver>, BoxError> {
+    async fn learn_driver(&self) -> Result<Option<Driver>, GiveUp> {
         let settings = &self.settings;
         let started = Instant::now();
         let give_up = settings.driver_wait_limit;
@@ -193,7 +209,10 @@ impl Supervisor {
             }
             if give_up.is_some_and(|limit| started.elapsed() >= limit) {
                 let limit = give_up.unwrap_or_default();
-                return Err(format!("driver at {address} gave no name within {limit:?}").into());
+                return Err(GiveUp::NoName {
+                    address: settings.csi_address.clone(),
+                    limit,
+                });
             }
             if !sleep_or_stop(delay, &self.shutdown).await {
                 return Ok(None);
@@ -203,7 +222,7 @@ impl Supervisor {
 
     /// Serves registration sockets for `driver`, one generation after another, until shutdown
     /// or until the driver restarts.
-    async fn keep_registered(&mut self, driver: &Driver) -> Result<Next, BoxError> {
+    async fn keep_registered(&mut self, driver: &Driver) -> Result<Next, GiveUp> {
         let path =
             super::registration_socket(&self.settings.plugin_registration_path, &driver.name);
         log::info!(

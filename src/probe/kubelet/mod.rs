@@ -80,12 +80,27 @@ fn node_name(given: Option<String>) -> Result<String, BoxError> {
     Ok(host.trim().to_lowercase())
 }
 
+/// The registry could not be prepared, walked or watched.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Preparing, walking or starting to watch it: the error says so in the kubelet's words,
+    /// path included.
+    #[error(transparent)]
+    Setup(#[from] std::io::Error),
+    #[error("watching {}: {source}", registry.display())]
+    Watch {
+        registry: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Runs the emulator until `shutdown`, sending every event to `events`.
 pub async fn watch(
     config: Config,
     events: UnboundedSender<Event>,
     shutdown: Shutdown,
-) -> Result<(), BoxError> {
+) -> Result<(), RegistryError> {
     let shared = Arc::new(Shared::new(config.node_name.clone(), config.host_root));
     let watcher = watcher::Watcher::start(&config.registry, shared.clone())?;
     log::info!(
@@ -94,9 +109,10 @@ pub async fn watch(
         config.node_name
     );
     tokio::select! {
-        result = watcher.run() => {
-            result.map_err(|e| format!("watching {}: {e}", config.registry.display()).into())
-        }
+        result = watcher.run() => result.map_err(|source| RegistryError::Watch {
+            registry: config.registry.clone(),
+            source,
+        }),
         () = reconciler::run(shared, events) => Ok(()),
         () = shutdown.wait() => Ok(()),
     }
@@ -104,7 +120,7 @@ pub async fn watch(
 
 /// Walks the registry once and registers every socket found, one after the other (so that
 /// duplicate driver names resolve in walk order). A failure is reported, not retried.
-pub async fn once(config: Config) -> Result<Report, BoxError> {
+pub async fn once(config: Config) -> Result<Report, RegistryError> {
     watcher::ensure_dir(&config.registry)?;
     let sockets = watcher::sockets(&config.registry)?;
     let shared = Shared::new(config.node_name, config.host_root);
@@ -176,7 +192,7 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
             }
         };
         let result = tokio::select! {
-            result = watch(config, sender, shutdown) => result,
+            result = watch(config, sender, shutdown) => result.map_err(Into::into),
             () = printing => Ok(()),
         };
         // Events that were already queued when the signal came are still printed.
