@@ -340,13 +340,18 @@ async fn identity_and_node_info_describe_the_driver_and_pin_volumes_to_this_node
 }
 
 #[test]
-fn bad_driver_names_node_ids_and_capacities_exit_2_naming_the_value() {
+fn bad_driver_names_node_ids_capacities_and_endpoints_exit_2_naming_the_value() {
     let dir = tempfile::tempdir().unwrap();
     for (flag, shown) in [
         ("--driver-name=../evil", "\"../evil\""),
         ("--node-id=", "node ID"),
         ("--capacity=10 parsecs", "\"10 parsecs\""),
         ("--max-volumes-per-node=-1", "negative"),
+        // The last --endpoint wins, as with Go's flag package.
+        (
+            "--endpoint=unix://relative.sock",
+            "\"unix://relative.sock\"",
+        ),
     ] {
         let output = std::process::Command::new(common::binary())
             .arg("node-server")
