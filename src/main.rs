@@ -33,11 +33,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Parses a mode's flags, handles `--help` and `--version`, sets up logging and runs it.
+/// Parses a mode's flags, handles `--help` and `--version`, sets up logging and hands the
+/// arguments to the mode's entry (`<mode>::main`: settings, then run).
 fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
     program: &str,
     args: &[String],
-    run: fn(A) -> Result<(), BoxError>,
+    entry: fn(A) -> Result<(), BoxError>,
 ) -> ExitCode {
     let args: A = match cli::parse_mode_args(program, args) {
         Ok(args) => args,
@@ -56,7 +57,7 @@ fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
     }
     let (verbosity, format) = args.logging();
     logging::init(verbosity, format);
-    match run(args) {
+    match entry(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<UsageError>() => {
             eprintln!("{program}: {error}");
