@@ -14,7 +14,9 @@
 #
 # The same binary always gives the same image digest and the same archive bytes: fixed
 # timestamps, no build history, no builder-version label, files sorted in the archive.
-# Uses buildah, else podman; installs buildah with apt-get when neither is there.
+# Uses buildah, else podman; when neither is installed it says so and how to get one (it never
+# installs anything itself). It never forces anything: a rebuild moves the tag to the new image
+# and removes the old one only if nothing (no container, no other tag) still uses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,11 +43,14 @@ elif command -v buildah >/dev/null 2>&1; then
 elif command -v podman >/dev/null 2>&1; then
   tool=podman
 else
-  echo "installing buildah" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null
-  tool=buildah
+  echo "build-image.sh: neither buildah nor podman is installed; install one of them" \
+    "(Debian/Ubuntu: apt-get install buildah; Fedora/RHEL: dnf install buildah) and run again" >&2
+  exit 1
 fi
+command -v "$tool" >/dev/null 2>&1 || {
+  echo "build-image.sh: IMAGE_TOOL=$tool is not installed" >&2
+  exit 1
+}
 
 # 3. The build context: the binary and the mode links, nothing else.
 work=$(mktemp -d)
@@ -56,8 +61,9 @@ for link in "${links[@]}"; do
   ln -s csi-nodekit "$work/context/links/$link"
 done
 
-# 4. Build. Removing the old tag first keeps rebuilds from piling up untagged images.
-"$tool" rmi --force "$name:$version" >/dev/null 2>&1 || true
+# 4. Build. The tag moves to the new image; the image it held before is removed only when
+#    nothing uses it any more (no --force: a user's container keeps its image).
+old_id=$("$tool" images --quiet --no-trunc "$name:$version" 2>/dev/null || true)
 "$tool" build --quiet \
   --format oci \
   --timestamp "$epoch" \
@@ -68,6 +74,11 @@ done
   --file packaging/Containerfile \
   --tag "$name:$version" \
   "$work/context" >/dev/null
+new_id=$("$tool" images --quiet --no-trunc "$name:$version")
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+  "$tool" rmi "$old_id" >/dev/null 2>&1 ||
+    echo "kept the previous image ${old_id:0:12}: still in use" >&2
+fi
 
 # 5. Save: an OCI image layout, tarred with fixed order, owners and times.
 "$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$name:$version"

@@ -276,3 +276,125 @@ fn building_the_image_again_from_the_same_binary_gives_the_same_digest_and_archi
         std::fs::read(&second.archive).unwrap()
     );
 }
+
+/// A stand-in for the binary: all the build script asks of it is `--version`. Each `variant`
+/// gives different bytes, and so a different image.
+fn stand_in_binary(dir: &Path, variant: u32) -> PathBuf {
+    let path = dir.join(format!("csi-nodekit-{variant}"));
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\n# variant {variant}\necho csi-nodekit {VERSION}\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn build_named(name: &str, binary: &Path, out: &Path) -> std::process::Output {
+    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
+        .env("IMAGE_TOOL", "buildah")
+        .env("IMAGE_NAME", name)
+        .env("IMAGE_BINARY", binary)
+        .env("IMAGE_OUT", out)
+        .output()
+        .expect("run scripts/build-image.sh")
+}
+
+fn buildah(args: &[&str]) -> String {
+    run(Command::new("buildah").args(args))
+}
+
+#[test]
+fn a_rebuild_moves_the_tag_and_keeps_an_old_image_that_a_container_still_uses() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the image test needs root (buildah); run the suite as README.md says"
+    );
+    // A name of its own: the other tests build the real image under the default name.
+    let name = "localhost/csi-nodekit-rebuild-test";
+    let tag = format!("{name}:{VERSION}");
+    let dir = tempfile::tempdir().unwrap();
+    let id_of = |reference: &str| buildah(&["images", "--quiet", "--no-trunc", reference]);
+
+    let first = build_named(name, &stand_in_binary(dir.path(), 1), dir.path());
+    assert!(first.status.success(), "{first:?}");
+    let old = id_of(&tag);
+    let container = "csi-nodekit-rebuild-test-container";
+    buildah(&["from", "--pull=never", "--name", container, &tag]);
+
+    let second = build_named(name, &stand_in_binary(dir.path(), 2), dir.path());
+    let containers = buildah(&["containers", "--format", "{{.ContainerName}}"]);
+    let images = buildah(&["images", "--all", "--quiet", "--no-trunc"]);
+    let new = id_of(&tag);
+    // Clean up before asserting, so a failure leaves nothing behind either.
+    buildah(&["rm", container]);
+    let third = build_named(name, &stand_in_binary(dir.path(), 3), dir.path());
+    let after_third = buildah(&["images", "--all", "--quiet", "--no-trunc"]);
+    let _ = Command::new("buildah").args(["rmi", &tag]).output();
+    let _ = Command::new("buildah").args(["rmi", old.trim()]).output();
+
+    assert!(second.status.success(), "{second:?}");
+    assert_ne!(new, old, "the tag names the new image");
+    assert!(
+        containers.lines().any(|c| c == container),
+        "the user's container survived the rebuild: {containers}"
+    );
+    assert!(
+        images.contains(old.trim()),
+        "the image the container uses is kept"
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("still in use"),
+        "the rebuild says why it kept the old image: {second:?}"
+    );
+    assert!(third.status.success(), "{third:?}");
+    assert!(
+        !after_third.contains(new.trim()),
+        "an old image nothing uses is removed: {after_third}"
+    );
+}
+
+#[test]
+fn without_buildah_or_podman_the_build_script_says_what_to_install_and_installs_nothing() {
+    // A PATH holding only what the script needs before it looks for a builder.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for tool in ["dirname", "sh"] {
+        let found = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} on this machine"));
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    let output = Command::new("/bin/bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
+        .env_clear()
+        .env("PATH", &bin)
+        .env("IMAGE_BINARY", stand_in_binary(dir.path(), 1))
+        .env("IMAGE_OUT", dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("neither buildah nor podman is installed")
+            && stderr.contains("apt-get install buildah"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("out").exists(), "nothing was built");
+
+    let missing =
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh"))
+            .env("IMAGE_TOOL", "no-such-builder")
+            .env("IMAGE_BINARY", stand_in_binary(dir.path(), 1))
+            .output()
+            .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("IMAGE_TOOL=no-such-builder is not installed"),
+        "{missing:?}"
+    );
+}
