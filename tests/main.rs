@@ -7,6 +7,8 @@
 
 mod common;
 
+mod copy_safety;
+mod copy_tree;
 mod demo;
 mod dispatch;
 mod end_to_end;

@@ -16,6 +16,7 @@
 
 pub mod capacity;
 mod controller;
+pub mod copy;
 mod driver;
 mod ephemeral;
 pub mod error;

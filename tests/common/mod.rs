@@ -159,3 +159,5 @@ pub mod fake_plugin;
 pub mod kubelet;
 pub mod logs;
 pub mod registrar;
+pub mod scratch_fs;
+pub mod tree_fixture;

@@ -1,0 +1,64 @@
+//! What can go wrong copying a tree or a file, each naming the operation and the path.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// A syscall failed on a source or destination path.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// An extended attribute that must be kept could not be read or written.
+    #[error("copy extended attribute {name:?} of {}: {source}", path.display())]
+    Xattr {
+        path: PathBuf,
+        name: OsString,
+        #[source]
+        source: io::Error,
+    },
+    /// The destination (or its temporary name) is taken: a copy never replaces anything.
+    #[error("destination {} already exists", .0.display())]
+    DestinationExists(PathBuf),
+    #[error("source {} is not a directory", .0.display())]
+    SourceNotADirectory(PathBuf),
+    #[error("source {} is not a regular file", .0.display())]
+    SourceNotARegularFile(PathBuf),
+    /// The destination must name a new entry in an existing directory.
+    #[error("destination {} has no parent directory and file name", .0.display())]
+    BadDestination(PathBuf),
+    /// An entry kept changing type under its name between look-up and open.
+    #[error("{} kept changing while it was copied", .0.display())]
+    Unstable(PathBuf),
+    /// Deeper than the copy keeps directories open for (each level holds two descriptors).
+    #[error("{} is nested more than {max} directories deep", path.display())]
+    TooDeep { path: PathBuf, max: usize },
+    /// Removal refused to descend into another mount.
+    #[error("{} is a mount point; nothing under it is removed", .0.display())]
+    MountPoint(PathBuf),
+}
+
+/// `map_err(at("open", path))` for an `io::Error`.
+pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
+    move |source| CopyError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// `map_err(errno_at("open", path))` for a `nix` result.
+pub fn errno_at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> CopyError + 'a {
+    move |errno| CopyError::Io {
+        op,
+        path: path.to_owned(),
+        source: errno.into(),
+    }
+}

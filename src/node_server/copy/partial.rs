@@ -1,0 +1,248 @@
+//! Temporary names. A copy is built under `.partial-<pid>-<n>-<name>` beside its destination
+//! and renamed to `<name>` only once it is complete and on disk, so the final name never
+//! shows an incomplete copy, even after a crash. A failed copy removes its partial tree; one
+//! left by a crash is removed by [`remove_partials`](super::remove_partials).
+//!
+//! Removal never follows a symlink (it works through directory descriptors) and never
+//! descends into another mount.
+
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, RenameFlags, openat, renameat2};
+use nix::sys::stat::{Mode, mkdirat};
+use nix::unistd::{UnlinkatFlags, fsync, unlinkat};
+
+use super::MAX_DEPTH;
+use super::error::{CopyError, errno_at};
+use super::sys::{open_dir, read_names, statx};
+
+/// What every temporary name starts with.
+pub const PREFIX: &str = ".partial-";
+
+/// Temporary names this process is building now: [`remove_partials`](super::remove_partials)
+/// leaves them alone, so it is safe to call at any time.
+static ACTIVE: Mutex<BTreeSet<OsString>> = Mutex::new(BTreeSet::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn active() -> std::sync::MutexGuard<'static, BTreeSet<OsString>> {
+    // A panic while holding the lock leaves the set itself intact.
+    ACTIVE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub fn is_active(name: &OsStr) -> bool {
+    active().contains(name)
+}
+
+/// A copy under construction; removed on drop unless committed.
+pub struct Partial<'a> {
+    parent: &'a File,
+    parent_path: &'a Path,
+    name: OsString,
+    committed: bool,
+}
+
+impl<'a> Partial<'a> {
+    fn reserve(parent: &'a File, parent_path: &'a Path, final_name: &OsStr) -> Self {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut name = format!("{PREFIX}{}-{n}-", std::process::id()).into_bytes();
+        // NAME_MAX is 255 bytes; the final name only has to be recognisable here.
+        let room = 255usize.saturating_sub(name.len());
+        name.extend(final_name.as_bytes().iter().take(room));
+        let name = OsStr::from_bytes(&name).to_owned();
+        active().insert(name.clone());
+        Self {
+            parent,
+            parent_path,
+            name,
+            committed: false,
+        }
+    }
+
+    /// A new private (0700) directory under a temporary name, open.
+    pub fn dir(
+        parent: &'a File,
+        parent_path: &'a Path,
+        final_name: &OsStr,
+    ) -> Result<(Self, File), CopyError> {
+        let partial = Self::reserve(parent, parent_path, final_name);
+        let path = partial.path();
+        mkdirat(parent.as_fd(), partial.name.as_os_str(), Mode::S_IRWXU)
+            .map_err(errno_at("create", &path))?;
+        let fd = open_dir(parent.as_fd(), &partial.name).map_err(errno_at("open", &path))?;
+        Ok((partial, File::from(fd)))
+    }
+
+    /// A new private (0600) file under a temporary name, open for writing.
+    pub fn file(
+        parent: &'a File,
+        parent_path: &'a Path,
+        final_name: &OsStr,
+    ) -> Result<(Self, File), CopyError> {
+        let partial = Self::reserve(parent, parent_path, final_name);
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(
+            parent.as_fd(),
+            partial.name.as_os_str(),
+            flags,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .map_err(errno_at("create", &partial.path()))?;
+        Ok((partial, File::from(fd)))
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.parent_path.join(&self.name)
+    }
+
+    /// Renames the finished copy to `final_name`, never over an existing entry, and makes the
+    /// rename durable. The caller has made the contents durable first.
+    pub fn commit(mut self, final_name: &OsStr) -> Result<(), CopyError> {
+        let dst = self.parent_path.join(final_name);
+        let parent = self.parent.as_fd();
+        match renameat2(
+            parent,
+            self.name.as_os_str(),
+            parent,
+            final_name,
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => {}
+            Err(Errno::EEXIST) => return Err(CopyError::DestinationExists(dst)),
+            Err(e) => return Err(errno_at("rename into place", &dst)(e)),
+        }
+        self.committed = true;
+        fsync(parent).map_err(errno_at("sync", self.parent_path))
+    }
+}
+
+impl Drop for Partial<'_> {
+    fn drop(&mut self) {
+        if !self.committed
+            && let Err(e) = remove_entry(self.parent.as_fd(), &self.name, &self.path())
+        {
+            log::warn!("leaving an incomplete copy behind: {e}");
+        }
+        active().remove(&self.name);
+    }
+}
+
+/// One directory being emptied.
+struct Level {
+    dir: File,
+    name: OsString,
+    names: Vec<OsString>,
+    path: PathBuf,
+}
+
+/// Removes `name` in `parent` and, if it is a directory, everything under it. Refuses (with
+/// nothing under the mount point removed) to cross into another mount.
+pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), CopyError> {
+    let base = statx(parent, OsStr::new("")).map_err(errno_at("stat", path))?;
+    let stat = match statx(parent, name) {
+        Ok(stat) => stat,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(errno_at("stat", path)(e)),
+    };
+    if !stat.same_mount(&base) {
+        return Err(CopyError::MountPoint(path.to_owned()));
+    }
+    if !stat.is_dir() {
+        return unlink(parent, name, path, UnlinkatFlags::NoRemoveDir);
+    }
+    let mut levels = vec![open_level(parent, name, path.to_owned())?];
+    loop {
+        let depth = levels.len();
+        let Some(top) = levels.last_mut() else { break };
+        let Some(child) = top.names.pop() else {
+            let done = levels.pop().expect("the loop saw a last level");
+            let above = levels.last().map_or(parent, |level| level.dir.as_fd());
+            drop(done.dir);
+            unlink(above, &done.name, &done.path, UnlinkatFlags::RemoveDir)?;
+            continue;
+        };
+        let child_path = top.path.join(&child);
+        let stat = match statx(top.dir.as_fd(), &child) {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(errno_at("stat", &child_path)(e)),
+        };
+        if !stat.same_mount(&base) {
+            return Err(CopyError::MountPoint(child_path));
+        }
+        if !stat.is_dir() {
+            unlink(
+                top.dir.as_fd(),
+                &child,
+                &child_path,
+                UnlinkatFlags::NoRemoveDir,
+            )?;
+        } else if depth >= MAX_DEPTH {
+            return Err(CopyError::TooDeep {
+                path: child_path,
+                max: MAX_DEPTH,
+            });
+        } else {
+            let level = open_level(top.dir.as_fd(), &child, child_path)?;
+            levels.push(level);
+        }
+    }
+    Ok(())
+}
+
+fn open_level(parent: BorrowedFd<'_>, name: &OsStr, path: PathBuf) -> Result<Level, CopyError> {
+    let dir = File::from(open_dir(parent, name).map_err(errno_at("open", &path))?);
+    let names = read_names(dir.as_fd()).map_err(errno_at("read directory", &path))?;
+    Ok(Level {
+        dir,
+        name: name.to_owned(),
+        names,
+        path,
+    })
+}
+
+fn unlink(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &Path,
+    how: UnlinkatFlags,
+) -> Result<(), CopyError> {
+    match unlinkat(dir, name, how) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(errno_at("remove", path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_are_marked_unique_registered_and_fit_name_max() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let parent = File::open(dir.path()).expect("open");
+        let long = OsString::from("v".repeat(255));
+        let (a, b) = (
+            Partial::reserve(&parent, dir.path(), &long),
+            Partial::reserve(&parent, dir.path(), OsStr::new("snap")),
+        );
+        assert!(a.name.len() <= 255, "{}", a.name.len());
+        assert!(a.name.as_bytes().starts_with(PREFIX.as_bytes()));
+        assert!(b.name.as_bytes().ends_with(b"-snap"));
+        assert_ne!(a.name, b.name);
+        assert!(is_active(&a.name) && is_active(&b.name));
+        let name = a.name.clone();
+        drop(a);
+        assert!(!is_active(&name), "dropping a partial unregisters it");
+    }
+}

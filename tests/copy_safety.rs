@@ -1,0 +1,174 @@
+//! What the copy engine refuses, and what a failed or killed copy leaves behind: never the
+//! final name, never the source touched.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use csi_nodekit::node_server::copy::{self, CopyError, Options};
+
+use crate::common::scratch_fs::{Kind, ScratchFs};
+use crate::common::tree_fixture;
+
+#[test]
+#[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
+fn a_copy_never_replaces_its_destination_nor_starts_from_a_symlink() {
+    let fs = ScratchFs::new(Kind::Tmpfs);
+    let src = fs.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    fs::write(src.join("new"), b"new").expect("write");
+    let dst = fs.path().join("dst");
+    fs::create_dir(&dst).expect("mkdir");
+    fs::write(dst.join("old"), b"old").expect("write");
+    let err =
+        copy::copy_tree(&src, &dst, Options::default()).expect_err("copy onto an existing name");
+    assert!(
+        matches!(err, CopyError::DestinationExists(ref p) if p == &dst),
+        "{err}"
+    );
+    assert_eq!(fs::read(dst.join("old")).expect("read"), b"old");
+    assert!(!dst.join("new").exists());
+
+    std::os::unix::fs::symlink(&src, fs.path().join("link")).expect("symlink");
+    let err = copy::copy_tree(
+        &fs.path().join("link"),
+        &fs.path().join("via-link"),
+        Options::default(),
+    )
+    .expect_err("copy a symlink");
+    assert!(matches!(err, CopyError::SourceNotADirectory(_)), "{err}");
+    let err = copy::copy_file(&src, &fs.path().join("file"), Options::default())
+        .expect_err("copy_file of a directory");
+    assert!(matches!(err, CopyError::SourceNotARegularFile(_)), "{err}");
+    let names: Vec<_> = fs::read_dir(fs.path())
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 3, "nothing but src, dst and link: {names:?}");
+}
+
+#[test]
+#[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
+fn a_copy_that_fails_midway_leaves_neither_the_final_nor_a_temporary_name() {
+    let big = ScratchFs::new(Kind::Tmpfs);
+    let src = big.path().join("src");
+    tree_fixture::data_tree(&src);
+    // 32 MiB of data into 4 MiB: ENOSPC after a few files.
+    let small = ScratchFs::with_options(Kind::Tmpfs, "size=4m");
+    let dst = small.path().join("dst");
+    let err =
+        copy::copy_tree(&src, &dst, Options::default()).expect_err("copy into a full filesystem");
+    let CopyError::Io { source, .. } = &err else {
+        panic!("expected an I/O error, got {err}")
+    };
+    assert_eq!(source.raw_os_error(), Some(nix::libc::ENOSPC), "{err}");
+    assert_eq!(
+        fs::read_dir(small.path()).expect("read dir").count(),
+        0,
+        "something was left behind"
+    );
+}
+
+#[test]
+#[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
+fn a_tree_deeper_than_the_limit_is_refused_and_nothing_is_left() {
+    let fs = ScratchFs::new(Kind::Tmpfs);
+    let src = fs.path().join("src");
+    let mut path = src.clone();
+    for _ in 0..copy::MAX_DEPTH + 1 {
+        path.push("d");
+    }
+    fs::create_dir_all(&path).expect("mkdir deep");
+    let err =
+        copy::copy_tree(&src, &fs.path().join("dst"), Options::default()).expect_err("too deep");
+    assert!(matches!(err, CopyError::TooDeep { .. }), "{err}");
+    assert_eq!(
+        fs::read_dir(fs.path()).expect("read dir").count(),
+        1,
+        "only src is left"
+    );
+}
+
+/// Set in the child that `a_copy_killed_midway_…` starts: "<src>\n<dst>" to copy.
+const CHILD: &str = "CSI_NODEKIT_TEST_COPY_CHILD";
+
+#[test]
+#[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
+fn a_copy_killed_midway_leaves_only_a_temporary_name_that_cleanup_removes() {
+    if let Ok(job) = std::env::var(CHILD) {
+        // The child: this same test, run again by the parent below, copies and is killed.
+        let (src, dst) = job.split_once('\n').expect("job");
+        copy::copy_tree(Path::new(src), Path::new(dst), Options::default()).expect("copy");
+        return;
+    }
+    let fs = ScratchFs::new(Kind::Tmpfs);
+    let src = fs.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    for i in 0..20_000 {
+        fs::write(src.join(format!("f{i}")), [i as u8; 512]).expect("write");
+    }
+    let snapshots = fs.path().join("snapshots");
+    fs::create_dir(&snapshots).expect("mkdir");
+    let dst = snapshots.join("snap-1");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "copy_safety::a_copy_killed_midway_leaves_only_a_temporary_name_that_cleanup_removes",
+        ])
+        .args(["--include-ignored", "--test-threads=1"])
+        .env(CHILD, format!("{}\n{}", src.display(), dst.display()))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the copying child");
+    let partial = || {
+        fs::read_dir(&snapshots)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name())
+            .find(|name| name.to_string_lossy().starts_with(".partial-"))
+    };
+    // Killed once it has copied something: the temporary tree is there, half full.
+    let started = || {
+        partial().is_some_and(|name| {
+            fs::read_dir(snapshots.join(name)).is_ok_and(|mut d| d.next().is_some())
+        })
+    };
+    let seen = crate::common::wait_until(std::time::Duration::from_secs(30), started);
+    child.kill().expect("kill the child");
+    child.wait().expect("reap the child");
+    assert!(seen, "the child never started copying");
+    assert!(
+        !dst.exists(),
+        "the copy finished before it was killed, or a crash left the final name"
+    );
+    let name = partial().expect("the temporary name is left behind");
+    let copied = fs::read_dir(snapshots.join(&name))
+        .expect("read partial")
+        .count();
+    assert!(
+        copied > 0 && copied < 20_000,
+        "killed midway, yet {copied} files were copied"
+    );
+
+    let removed = copy::remove_partials(&snapshots).expect("remove partials");
+    assert_eq!(removed, vec![name]);
+    assert_eq!(fs::read_dir(&snapshots).expect("read dir").count(), 0);
+    assert_eq!(
+        fs::read_dir(&src).expect("read dir").count(),
+        20_000,
+        "the source was touched"
+    );
+}
+
+#[test]
+#[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
+fn a_copy_made_inside_its_own_source_does_not_contain_itself() {
+    let fs = ScratchFs::new(Kind::Tmpfs);
+    let src = fs.path().join("src");
+    fs::create_dir_all(src.join("sub")).expect("mkdir");
+    fs::write(src.join("sub/file"), b"data").expect("write");
+    let report = copy::copy_tree(&src, &src.join("sub/copy"), Options::default()).expect("copy");
+    assert_eq!((report.files, report.directories), (1, 2), "{report:?}");
+    let mut names: Vec<_> = tree_fixture::walk(&src.join("sub/copy"));
+    names.sort();
+    assert_eq!(names, ["", "sub", "sub/file"].map(PathBuf::from));
+}
