@@ -13,6 +13,8 @@ mod demo;
 mod dispatch;
 mod end_to_end;
 mod logging;
+mod loop_device_safety;
+mod loop_devices;
 mod node_server_concurrency;
 mod node_server_controller_errors;
 mod node_server_lifecycle;

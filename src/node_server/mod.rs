@@ -21,6 +21,7 @@ mod driver;
 mod ephemeral;
 pub mod error;
 pub mod identity;
+pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
 mod node;

@@ -1,4 +1,4 @@
-//! Real filesystems for storage tests: tmpfs, and ext4, XFS (with reflink) and btrfs made on
+//! Real filesystems for storage tests: tmpfs, ramfs, and ext4, XFS (with reflink) and btrfs made on
 //! a sparse image and mounted through a loop device. Needs root and a private mount namespace
 //! (the README's test command gives both). Mounted `noatime`, so that the tests' own reads do
 //! not move the atimes they compare; the copy sets atimes explicitly, which `noatime` allows.
@@ -9,6 +9,8 @@ use std::process::Command;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Tmpfs,
+    /// No `O_DIRECT`, no `SEEK_DATA`: the plainest filesystem there is.
+    Ramfs,
     Ext4,
     Xfs,
     Btrfs,
@@ -58,8 +60,13 @@ impl ScratchFs {
         let root = dir.path().join("mnt");
         std::fs::create_dir(&root).expect("create mount point");
         let mnt = root.to_str().expect("UTF-8 temp path");
-        if kind == Kind::Tmpfs {
-            run("mount", &["-t", "tmpfs", "-o", options, "scratch", mnt]);
+        if let Kind::Tmpfs | Kind::Ramfs = kind {
+            let fstype = if kind == Kind::Tmpfs {
+                "tmpfs"
+            } else {
+                "ramfs"
+            };
+            run("mount", &["-t", fstype, "-o", options, "scratch", mnt]);
         } else {
             let image = dir.path().join("image");
             let file = std::fs::File::create(&image).expect("create image");
@@ -70,7 +77,7 @@ impl ScratchFs {
                 Kind::Ext4 => run("mkfs.ext4", &["-q", "-F", image]),
                 Kind::Xfs => run("mkfs.xfs", &["-q", "-f", "-m", "reflink=1", image]),
                 Kind::Btrfs => run("mkfs.btrfs", &["-q", "-f", image]),
-                Kind::Tmpfs => unreachable!(),
+                Kind::Tmpfs | Kind::Ramfs => unreachable!(),
             }
             run("mount", &["-o", &format!("loop,{options}"), image, mnt]);
         }
