@@ -52,6 +52,11 @@ impl ScratchFs {
 
     /// `options` are mount options (for tmpfs e.g. `size=1m`).
     pub fn with_options(kind: Kind, options: &str) -> Self {
+        Self::sized(kind, options, 512 << 20)
+    }
+
+    /// A filesystem on an image of `bytes` (sparse; tmpfs and ramfs ignore it).
+    pub fn sized(kind: Kind, options: &str, bytes: u64) -> Self {
         assert!(
             nix::unistd::geteuid().is_root(),
             "storage tests need root: run the README's test command as root"
@@ -71,7 +76,7 @@ impl ScratchFs {
             let image = dir.path().join("image");
             let file = std::fs::File::create(&image).expect("create image");
             // XFS wants at least 300 MiB; sparse, so it costs only what mkfs writes.
-            file.set_len(512 << 20).expect("size image");
+            file.set_len(bytes).expect("size image");
             let image = image.to_str().expect("UTF-8 temp path");
             match kind {
                 Kind::Ext4 => run("mkfs.ext4", &["-q", "-F", image]),

@@ -89,8 +89,16 @@ impl Engine {
             written += self.range(src, dst, start, end - start)?;
             pos = end;
         }
-        let len = i64::try_from(size).map_err(|_| failed("truncate")(Errno::EFBIG))?;
-        ftruncate(dst.as_fd(), len).map_err(failed("truncate"))?;
+        // A trailing hole (or a source that shrank) leaves the copy short. Only then truncate:
+        // on XFS even a same-size ftruncate costs a transaction (measured: 0.5 ms per file).
+        let copied_to = dst
+            .metadata()
+            .map_err(|source| Failed { op: "stat", source })?
+            .len();
+        if copied_to != size {
+            let len = i64::try_from(size).map_err(|_| failed("truncate")(Errno::EFBIG))?;
+            ftruncate(dst.as_fd(), len).map_err(failed("truncate"))?;
+        }
         Ok(Copied {
             reflinked: 0,
             written,

@@ -80,15 +80,24 @@ pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> 
             }
             Err(e) => return Err(errno_at("attach (LOOP_CONFIGURE)", &device.path())(e)),
         }
-        let info = ioctl::get_status(dev.as_fd()).map_err(errno_at(
-            "get status (LOOP_GET_STATUS64) of",
-            &device.path(),
-        ))?;
-        let status = Status::from_info(device, &info);
-        debug_assert!(
-            status.is_ours_for(identity),
-            "{status:?} is not backed by {identity:?}"
-        );
+        // Read back what the kernel holds; a device we cannot confirm is not left attached.
+        let status = match ioctl::get_status(dev.as_fd()) {
+            Ok(info) => Status::from_info(device, &info),
+            Err(e) => {
+                let _ = ioctl::clear_fd(dev.as_fd());
+                return Err(errno_at(
+                    "get status (LOOP_GET_STATUS64) of",
+                    &device.path(),
+                )(e));
+            }
+        };
+        if !status.is_ours_for(identity) {
+            let _ = ioctl::clear_fd(dev.as_fd());
+            return Err(LoopError::NotOurs {
+                device: device.path(),
+                file: file.to_owned(),
+            });
+        }
         log::info!(
             "attached {} to {device}{}",
             file.display(),
