@@ -46,7 +46,7 @@ pub enum CopyError {
 }
 
 /// `map_err(at("open", path))` for an `io::Error`.
-pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
+pub(super) fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
     move |source| CopyError::Io {
         op,
         path: path.to_owned(),
@@ -55,7 +55,10 @@ pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Cop
 }
 
 /// `map_err(errno_at("open", path))` for a `nix` result.
-pub fn errno_at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> CopyError + 'a {
+pub(super) fn errno_at<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(Errno) -> CopyError + 'a {
     move |errno| CopyError::Io {
         op,
         path: path.to_owned(),

@@ -56,7 +56,10 @@ pub enum LoopError {
 }
 
 /// `map_err(errno_at("open", path))`.
-pub fn errno_at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> LoopError + 'a {
+pub(super) fn errno_at<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(Errno) -> LoopError + 'a {
     move |errno| LoopError::Io {
         op,
         path: path.to_owned(),
@@ -65,7 +68,7 @@ pub fn errno_at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> L
 }
 
 /// `map_err(at("open", path))` for an `io::Error`.
-pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LoopError + 'a {
+pub(super) fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LoopError + 'a {
     move |source| LoopError::Io {
         op,
         path: path.to_owned(),
