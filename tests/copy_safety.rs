@@ -132,7 +132,7 @@ fn a_copy_killed_midway_leaves_only_a_temporary_name_that_cleanup_removes() {
             fs::read_dir(snapshots.join(name)).is_ok_and(|mut d| d.next().is_some())
         })
     };
-    let seen = crate::common::wait_until(std::time::Duration::from_secs(30), started);
+    let seen = crate::common::wait_until_blocking(std::time::Duration::from_secs(30), started);
     child.kill().expect("kill the child");
     child.wait().expect("reap the child");
     assert!(seen, "the child never started copying");
