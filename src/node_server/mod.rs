@@ -13,6 +13,8 @@
 //! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table.
 //! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
 //! - [`capacity`], `ephemeral` — sizes, and inline volumes that live from publish to unpublish.
+//! - [`quota`] — project quotas by syscalls: limits, usage, the project-ID allocator, the
+//!   `--quota` decision (not yet wired into the services).
 
 pub mod capacity;
 mod controller;
@@ -26,6 +28,7 @@ pub mod mount;
 pub mod mountinfo;
 mod node;
 pub mod publish;
+pub mod quota;
 mod store;
 pub mod validate;
 pub mod volumes;

@@ -1,0 +1,254 @@
+//! Project IDs for volumes: never one that is in use on the filesystem, never one handed out
+//! twice, freed when the volume goes.
+//!
+//! In use means any of: recorded by one of our volumes (the caller passes those in at
+//! start-up, from the volume records), a quota record on the filesystem (usage or limits:
+//! `Q_XGETNEXTQUOTA` / `Q_GETNEXTQUOTA`, which sees every directory tagged with the ID, ours
+//! or not), or listed in `/etc/projects` / `/etc/projid` when the caller can read them
+//! (xfs_quota's files, which the kubelet also writes; an ID reserved there may have no quota
+//! record yet).
+//!
+//! The range: the kubelet's emptyDir quotas count up from 1048577 (2^20 + 1), systemd's
+//! exec-directory quotas use 2^31 .. 2^32 - 2, administrators and container runtimes use
+//! small IDs. Ours is the 2^24 IDs from 2^30, far from all three; the scan keeps even a
+//! collision inside it harmless.
+
+use std::collections::BTreeSet;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+
+use super::error::QuotaError;
+use super::fs::QuotaFs;
+
+/// The IDs csi-nodekit gives volumes (see the module documentation for why these).
+pub const PROJECT_IDS: RangeInclusive<u32> = (1 << 30)..=((1 << 30) + (1 << 24) - 1);
+
+/// Where allocation learns which IDs the filesystem already uses.
+pub trait InUse {
+    /// The lowest ID at or above `from` with a quota record, if any.
+    fn next_in_use(&self, from: u32) -> Result<Option<u32>, QuotaError>;
+    /// The filesystem, for error messages.
+    fn path(&self) -> &Path;
+}
+
+impl InUse for QuotaFs {
+    fn next_in_use(&self, from: u32) -> Result<Option<u32>, QuotaError> {
+        QuotaFs::next_in_use(self, from)
+    }
+    fn path(&self) -> &Path {
+        QuotaFs::path(self)
+    }
+}
+
+/// The allocator: the range, the IDs our volumes hold, and the IDs the project files list.
+/// Callers serialise access (it is `&mut self`) and record an allocated ID in the volume's
+/// record before tagging the directory, so a crash cannot leave an unrecorded tagged ID.
+#[derive(Debug, Clone)]
+pub struct ProjectIds {
+    range: RangeInclusive<u32>,
+    taken: BTreeSet<u32>,
+    listed: BTreeSet<u32>,
+}
+
+impl ProjectIds {
+    /// An allocator over `range` that knows the IDs our volumes already hold.
+    pub fn new(range: RangeInclusive<u32>, recorded: impl IntoIterator<Item = u32>) -> Self {
+        Self {
+            range,
+            taken: recorded.into_iter().collect(),
+            listed: BTreeSet::new(),
+        }
+    }
+
+    /// Also avoids these IDs (from [`read_listed`]).
+    pub fn avoiding(mut self, listed: BTreeSet<u32>) -> Self {
+        self.listed = listed;
+        self
+    }
+
+    /// The lowest ID of the range that nobody uses; it is ours until [`Self::free`].
+    pub fn allocate(&mut self, fs: &impl InUse) -> Result<u32, QuotaError> {
+        let (start, end) = (*self.range.start(), *self.range.end());
+        let mut candidate = start;
+        loop {
+            let ours_free = !self.taken.contains(&candidate) && !self.listed.contains(&candidate);
+            if ours_free && fs.next_in_use(candidate)? != Some(candidate) {
+                self.taken.insert(candidate);
+                return Ok(candidate);
+            }
+            if candidate == end {
+                return Err(QuotaError::Exhausted {
+                    start,
+                    end,
+                    path: fs.path().to_owned(),
+                });
+            }
+            candidate += 1;
+        }
+    }
+
+    /// Gives an ID back (its volume is gone); true if it was taken.
+    pub fn free(&mut self, id: u32) -> bool {
+        self.taken.remove(&id)
+    }
+
+    pub fn is_taken(&self, id: u32) -> bool {
+        self.taken.contains(&id)
+    }
+}
+
+/// The IDs named in xfs_quota's project files: `/etc/projects` lines are `id:directory`,
+/// `/etc/projid` lines `name:id`; `#` starts a comment. A missing file lists nothing.
+pub fn read_listed(paths: &[&Path]) -> Result<BTreeSet<u32>, QuotaError> {
+    let mut ids = BTreeSet::new();
+    for path in paths {
+        match std::fs::read_to_string(path) {
+            Ok(text) => ids.extend(parse_listed(&text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(QuotaError::ProjectFile {
+                    path: PathBuf::from(path),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// The IDs in one project file, of either format.
+pub fn parse_listed(text: &str) -> impl Iterator<Item = u32> + '_ {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (left, right) = line.split_once(':')?;
+            let number = |s: &str| {
+                let s = s.trim();
+                (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| s.parse::<u32>().ok())
+                    .flatten()
+            };
+            number(right).or_else(|| number(left))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filesystem whose quota records are a set of IDs; counts the scans.
+    struct FakeFs {
+        in_use: BTreeSet<u32>,
+        scans: std::cell::Cell<usize>,
+    }
+
+    impl FakeFs {
+        fn with(ids: impl IntoIterator<Item = u32>) -> Self {
+            Self {
+                in_use: ids.into_iter().collect(),
+                scans: 0.into(),
+            }
+        }
+    }
+
+    impl InUse for FakeFs {
+        fn next_in_use(&self, from: u32) -> Result<Option<u32>, QuotaError> {
+            self.scans.set(self.scans.get() + 1);
+            Ok(self.in_use.range(from..).next().copied())
+        }
+        fn path(&self) -> &Path {
+            Path::new("/fake")
+        }
+    }
+
+    const START: u32 = *PROJECT_IDS.start();
+
+    #[test]
+    fn the_range_avoids_the_kubelet_systemd_and_small_administrator_ids() {
+        assert!(*PROJECT_IDS.start() > 1_048_577 + 1_000_000);
+        assert!(*PROJECT_IDS.end() < 1 << 31);
+        assert_eq!(PROJECT_IDS.clone().count(), 1 << 24);
+    }
+
+    #[test]
+    fn the_first_allocation_is_the_start_of_an_empty_range() {
+        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), START);
+        assert!(ids.is_taken(START));
+    }
+
+    #[test]
+    fn an_id_with_a_quota_record_on_the_filesystem_is_never_returned() {
+        let fs = FakeFs::with([START, START + 1, START + 3]);
+        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        assert_eq!(ids.allocate(&fs).unwrap(), START + 2);
+        assert_eq!(ids.allocate(&fs).unwrap(), START + 4);
+    }
+
+    #[test]
+    fn ids_recorded_by_our_volumes_are_skipped_without_asking_the_filesystem() {
+        let fs = FakeFs::with([]);
+        let mut ids = ProjectIds::new(PROJECT_IDS, [START, START + 1]);
+        assert_eq!(ids.allocate(&fs).unwrap(), START + 2);
+        assert_eq!(fs.scans.get(), 1);
+    }
+
+    #[test]
+    fn an_id_is_not_handed_out_twice_before_it_is_freed() {
+        let fs = FakeFs::with([]);
+        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        let a = ids.allocate(&fs).unwrap();
+        let b = ids.allocate(&fs).unwrap();
+        assert_ne!(a, b);
+        assert!(ids.free(a));
+        assert!(
+            !ids.free(a),
+            "freeing twice reports the second as not taken"
+        );
+        assert_eq!(ids.allocate(&fs).unwrap(), a, "a freed ID is reused");
+    }
+
+    #[test]
+    fn ids_listed_in_project_files_are_avoided() {
+        let listed = parse_listed("# admin\nbackup:1073741824\n1073741825:/srv/data\n").collect();
+        let mut ids = ProjectIds::new(PROJECT_IDS, []).avoiding(listed);
+        assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), START + 2);
+    }
+
+    #[test]
+    fn a_full_range_is_an_error_naming_the_range_and_the_filesystem() {
+        let mut ids = ProjectIds::new(10..=12, [10]);
+        let fs = FakeFs::with([11, 12]);
+        let err = ids.allocate(&fs).expect_err("range is full");
+        assert_eq!(
+            err.to_string(),
+            "no free project ID left in 10..=12 on /fake"
+        );
+    }
+
+    #[test]
+    fn the_last_id_of_the_range_can_be_allocated() {
+        let mut ids = ProjectIds::new(u32::MAX - 1..=u32::MAX, [u32::MAX - 1]);
+        assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), u32::MAX);
+        assert!(ids.allocate(&FakeFs::with([])).is_err());
+    }
+
+    #[test]
+    fn project_files_of_both_formats_and_junk_lines_parse() {
+        let ids: Vec<u32> = parse_listed(
+            "42:/srv\nvolume7:7\n#9:/x\n  logs : 11 \nbad\n:\nname:\nx:y\n99999999999:/too-big\n",
+        )
+        .collect();
+        assert_eq!(ids, vec![42, 7, 11]);
+    }
+
+    #[test]
+    fn missing_project_files_list_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let projid = dir.path().join("projid");
+        std::fs::write(&projid, "a:5\n").unwrap();
+        let listed = read_listed(&[&dir.path().join("projects"), &projid]).unwrap();
+        assert_eq!(listed, BTreeSet::from([5]));
+    }
+}

@@ -1,0 +1,32 @@
+//! Project quotas for volume directories, by syscalls alone (no xfs_quota, no setquota: the
+//! image is `FROM scratch`). Each volume directory gets its own project ID with
+//! PROJINHERIT and a hard block (and optionally inode) limit; its usage comes back from the
+//! same quota record.
+//!
+//! - [`sys`] — the raw kernel interfaces: quotactl / quotactl_fd, FS_IOC_FS{GET,SET}XATTR.
+//! - [`fs`] — [`QuotaFs`]: one filesystem (XFS or ext4), how quotactl reaches it, and
+//!   whether it accounts and enforces project quotas ([`Support`]).
+//! - [`limits`] — a project's limits and usage; assigning a directory and releasing it.
+//! - [`project`] — a directory's project ID and PROJINHERIT flag.
+//! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
+//! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
+//! - [`error`] — [`QuotaError`].
+//!
+//! Kernels: Linux 5.14+ is served through quotactl_fd on the state directory; older kernels
+//! (from 4.6, the first with ext4 project quotas and their iteration) through the block
+//! device node the mount table names, which must then exist in the container's `/dev`.
+
+pub mod error;
+pub mod fs;
+pub mod ids;
+pub mod limits;
+pub mod mode;
+pub mod project;
+pub mod sys;
+
+pub use error::{AttrOp, QuotaError, QuotaOp};
+pub use fs::{Access, FsKind, QuotaFs, Support};
+pub use ids::{InUse, PROJECT_IDS, ProjectIds, read_listed};
+pub use limits::{Limits, Usage};
+pub use mode::{Decision, Mode, decide};
+pub use project::{ProjectAttr, clear_project, project_of, set_project};
