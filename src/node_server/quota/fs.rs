@@ -211,19 +211,21 @@ impl QuotaFs {
             ..Default::default()
         };
         let cmd = sys::qcmd(sys::Q_XGETQSTATV, sys::PRJQUOTA);
-        match self.quotactl(QuotaOp::GetState, cmd, 0, &mut statv) {
-            Ok(()) => {}
-            Err(e) if matches!(e.errno(), Some(libc::ENOSYS)) => {
-                return Ok(unsupported(
-                    "the kernel has no quota support for this filesystem",
-                ));
-            }
-            Err(e) => return Err(e),
-        }
         let mount_option = match kind {
             FsKind::Xfs => "XFS: mount with -o prjquota",
             FsKind::Ext4 => "ext4: mount with -o prjquota",
         };
+        match self.quotactl(QuotaOp::GetState, cmd, 0, &mut statv) {
+            Ok(()) => {}
+            // XFS runs no quota code at all on a filesystem mounted without quota options.
+            Err(e) if matches!(e.errno(), Some(libc::ENOSYS)) => {
+                return Ok(unsupported(&format!(
+                    "no quotas are running on this filesystem ({mount_option}; the kernel \
+                     needs quota support for it)"
+                )));
+            }
+            Err(e) => return Err(e),
+        }
         Ok(if statv.flags & sys::FS_QUOTA_PDQ_ACCT == 0 {
             unsupported(&format!("project quota accounting is off ({mount_option})"))
         } else if statv.flags & sys::FS_QUOTA_PDQ_ENFD == 0 {

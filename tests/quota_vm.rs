@@ -1,0 +1,36 @@
+//! Project quotas for real, under Debian's kernel in QEMU (this machine's kernel has no XFS
+//! or ext4 quota support). One VM boots per run; inside it every case runs against
+//! loop-backed XFS and ext4 filesystems and is reported here by name. Without QEMU,
+//! virtme-ng or the kernel this test fails and says what to install — it never passes
+//! silently.
+//!
+//! The same test binary plays every role, chosen by `CSI_NODEKIT_QUOTA_VM`: unset on the
+//! host (boot and report), `suite` inside the VM, `case:<name>` for one case, `writer` for
+//! the unprivileged writer process a case starts.
+
+#[path = "quota_vm/cases.rs"]
+mod cases;
+#[path = "quota_vm/enforce.rs"]
+mod enforce;
+#[path = "quota_vm/fixtures.rs"]
+mod fixtures;
+#[path = "quota_vm/lifecycle.rs"]
+mod lifecycle;
+#[path = "quota_vm/vm.rs"]
+mod vm;
+
+/// The environment variable that picks the role.
+const ROLE: &str = "CSI_NODEKIT_QUOTA_VM";
+/// This test's name, for re-invoking the binary on it alone.
+const TEST_NAME: &str = "project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel";
+
+#[test]
+fn project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel() {
+    match std::env::var(ROLE).as_deref() {
+        Ok("suite") => vm::run_suite_inside(),
+        Ok("writer") => fixtures::writer_main(),
+        Ok(role) if role.starts_with("case:") => cases::run_one(&role["case:".len()..]),
+        Ok(role) => panic!("unknown {ROLE}={role}"),
+        Err(_) => vm::boot_and_report(),
+    }
+}

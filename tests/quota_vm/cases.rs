@@ -1,0 +1,75 @@
+//! The quota tests that run inside the VM, each in its own process. Every generic case runs
+//! on XFS and on ext4; a few are about one filesystem's particular behaviour.
+
+use csi_nodekit::node_server::quota::{FsKind, PROJECT_IDS, QuotaFs};
+
+use super::enforce::*;
+use super::fixtures::TestFs;
+use super::lifecycle::*;
+
+pub const MIB: u64 = 1 << 20;
+/// The capability number of CAP_SYS_RESOURCE (linux/capability.h).
+pub const CAP_SYS_RESOURCE: u32 = 24;
+pub const FIRST: u32 = *PROJECT_IDS.start();
+
+type Case = fn(FsKind);
+
+/// Lists cases by their function names, which are the sentences they test.
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        &[$((stringify!($case), $case as Case)),*]
+    };
+}
+
+/// Cases that run on both filesystems.
+const GENERIC: &[(&str, Case)] = cases![
+    a_prepared_filesystem_is_detected_as_enforcing,
+    new_files_and_directories_inherit_the_project,
+    an_unprivileged_writer_stops_at_the_hard_limit,
+    raising_the_limit_lets_the_writer_continue,
+    an_inode_limit_stops_file_creation,
+    usage_and_inodes_match_the_blocks_of_the_tree,
+    the_allocator_skips_ids_already_in_use_and_survives_a_restart,
+    release_clears_the_limit_and_deletion_frees_the_id,
+    the_device_path_fallback_sees_the_same_quota,
+    a_root_writer_with_cap_sys_resource_behaves_as_documented,
+    an_unprepared_filesystem_is_not_enforcing_and_on_refuses_it,
+    measure_create_and_delete_cost_against_a_plain_directory,
+];
+
+/// Every case's name, `xfs::…` then `ext4::…`.
+pub fn names() -> Vec<String> {
+    ["xfs", "ext4"]
+        .iter()
+        .flat_map(|fs| GENERIC.iter().map(move |(name, _)| format!("{fs}::{name}")))
+        .chain(std::iter::once(
+            "ext4::without_the_project_feature_directories_cannot_get_a_project".to_owned(),
+        ))
+        .collect()
+}
+
+/// Runs one case by name (role `case:NAME`).
+pub fn run_one(name: &str) {
+    if name == "ext4::without_the_project_feature_directories_cannot_get_a_project" {
+        return without_the_project_feature_directories_cannot_get_a_project();
+    }
+    let (fs, case) = name.split_once("::").expect("fs::case");
+    let kind = match fs {
+        "xfs" => FsKind::Xfs,
+        "ext4" => FsKind::Ext4,
+        other => panic!("unknown filesystem {other}"),
+    };
+    let (_, run) = GENERIC
+        .iter()
+        .find(|(n, _)| *n == case)
+        .expect("known case");
+    run(kind);
+}
+
+pub fn figure(kind: FsKind, text: std::fmt::Arguments<'_>) {
+    println!("quota-vm-figure: {kind:?}: {text}");
+}
+
+pub fn open(fs: &TestFs) -> QuotaFs {
+    QuotaFs::open(&fs.mnt).expect("open quota fs")
+}

@@ -1,0 +1,267 @@
+//! Inside the VM: loop-backed XFS and ext4 filesystems made and mounted for one case, and a
+//! writer process that fills a file until the kernel says no.
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use csi_nodekit::node_server::quota::FsKind;
+
+/// The unprivileged user the writer runs as: a pod's process has no CAP_SYS_RESOURCE.
+pub const NOBODY: u32 = 65534;
+
+/// How a test filesystem is made and mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prep {
+    /// XFS with `-o prjquota`; ext4 with `-O quota,project` and `-o prjquota`.
+    Prepared,
+    /// ext4 with `-O quota,project` but mounted without prjquota (accounted, not enforced).
+    FeaturesOnly,
+    /// Plain mkfs, mounted without quota options.
+    Plain,
+}
+
+/// A filesystem on a loop device over a sparse image, unmounted (and the loop device
+/// detached) on drop.
+pub struct TestFs {
+    pub kind: FsKind,
+    pub mnt: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+impl TestFs {
+    pub fn new(kind: FsKind, prep: Prep) -> Self {
+        let scratch = tempfile::Builder::new()
+            .prefix("quota-vm-")
+            .tempdir()
+            .expect("scratch dir");
+        let image = scratch.path().join("image");
+        let mnt = scratch.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mount point");
+        let file = std::fs::File::create(&image).expect("image");
+        file.set_len(128 << 20).expect("size image");
+        drop(file);
+        let (mkfs, options) = match (kind, prep) {
+            (FsKind::Xfs, Prep::Plain) => (mkfs_xfs(&image), "loop"),
+            (FsKind::Xfs, _) => (mkfs_xfs(&image), "loop,prjquota"),
+            (FsKind::Ext4, Prep::Plain) => (mkfs_ext4(&image, None), "loop"),
+            (FsKind::Ext4, Prep::FeaturesOnly) => {
+                (mkfs_ext4(&image, Some("quota,project")), "loop")
+            }
+            (FsKind::Ext4, Prep::Prepared) => {
+                (mkfs_ext4(&image, Some("quota,project")), "loop,prjquota")
+            }
+        };
+        run(mkfs);
+        let fstype = match kind {
+            FsKind::Xfs => "xfs",
+            FsKind::Ext4 => "ext4",
+        };
+        let mut mount = Command::new("mount");
+        mount
+            .args(["-t", fstype, "-o", options])
+            .arg(&image)
+            .arg(&mnt);
+        run(mount);
+        Self {
+            kind,
+            mnt,
+            _scratch: scratch,
+        }
+    }
+
+    /// A new directory on the filesystem.
+    pub fn dir(&self, name: &str) -> PathBuf {
+        let dir = self.mnt.join(name);
+        std::fs::create_dir(&dir).expect("create dir");
+        dir
+    }
+
+    /// Flushes everything, so delayed allocations are charged and st_blocks is final.
+    pub fn sync(&self) {
+        let file = std::fs::File::open(&self.mnt).expect("open mount");
+        nix::unistd::syncfs(file).expect("syncfs");
+    }
+
+    /// The errno an unprivileged writer gets at the limit: XFS reports project quotas as a
+    /// full filesystem, ext4 as an exceeded quota.
+    pub fn limit_errno(&self) -> i32 {
+        match self.kind {
+            FsKind::Xfs => libc::ENOSPC,
+            FsKind::Ext4 => libc::EDQUOT,
+        }
+    }
+}
+
+impl Drop for TestFs {
+    fn drop(&mut self) {
+        // The loop device was set up by mount with autoclear: unmounting detaches it.
+        if let Err(e) = nix::mount::umount(&self.mnt) {
+            eprintln!("umount {}: {e}", self.mnt.display());
+        }
+    }
+}
+
+fn mkfs_xfs(image: &Path) -> Command {
+    let mut cmd = Command::new("mkfs.xfs");
+    // mkfs.xfs refuses filesystems under 300 MB unless told it is making a test filesystem.
+    cmd.envs([("TEST_DIR", "1"), ("TEST_DEV", "1"), ("QA_CHECK_FS", "1")])
+        .args(["-q", "-f"])
+        .arg(image);
+    cmd
+}
+
+fn mkfs_ext4(image: &Path, features: Option<&str>) -> Command {
+    let mut cmd = Command::new("mkfs.ext4");
+    // Project IDs live in the large inode's extra space: small filesystems default to
+    // 128-byte inodes, which cannot hold them.
+    cmd.args(["-q", "-F", "-I", "256"]);
+    if let Some(features) = features {
+        cmd.args(["-O", features]);
+    }
+    cmd.arg(image);
+    cmd
+}
+
+pub fn run(mut cmd: Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// What one writer process did.
+#[derive(Debug, Clone, Copy)]
+pub struct Written {
+    pub bytes: u64,
+    /// The errno that stopped it (0: it reached its own cap).
+    pub errno: i32,
+    /// Its effective capabilities, as /proc/self/status shows them.
+    pub cap_eff: u64,
+}
+
+/// Appends to `file` in 64 KiB writes until an error or `cap` bytes, in a child process
+/// running as `uid` (NOBODY drops every capability, as in a pod; 0 keeps root's).
+pub fn write_until_error(file: &Path, cap: u64, uid: u32) -> Written {
+    run_writer("bytes", file, cap, uid)
+}
+
+/// Creates empty files in `dir` until an error or `cap` files, as [`write_until_error`]
+/// does bytes; `bytes` in the result counts files.
+pub fn create_until_error(dir: &Path, cap: u64, uid: u32) -> Written {
+    run_writer("files", dir, cap, uid)
+}
+
+fn run_writer(mode: &str, file: &Path, cap: u64, uid: u32) -> Written {
+    let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+    cmd.args([
+        "--exact",
+        super::TEST_NAME,
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(super::ROLE, "writer")
+    .env("QUOTA_VM_WRITER_MODE", mode)
+    .env("QUOTA_VM_WRITER_FILE", file)
+    .env("QUOTA_VM_WRITER_CAP", cap.to_string());
+    if uid != 0 {
+        cmd.uid(uid).gid(uid);
+    }
+    let out = cmd.output().expect("run writer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        // libtest may have printed "test … ... " before it on the same line.
+        .find_map(|l| l.split_once("quota-vm-writer: ").map(|(_, result)| result))
+        .unwrap_or_else(|| {
+            panic!(
+                "writer printed no result ({}):\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let field = |name: &str| -> u64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| u64::from_str_radix(v, if name == "capeff" { 16 } else { 10 }).ok())
+            .unwrap_or_else(|| panic!("writer line without {name}: {line}"))
+    };
+    Written {
+        bytes: field("wrote"),
+        errno: field("errno") as i32,
+        cap_eff: field("capeff"),
+    }
+}
+
+/// The writer process's body (role `writer`).
+pub fn writer_main() {
+    use std::io::Write;
+    let file = std::env::var_os("QUOTA_VM_WRITER_FILE").expect("writer file");
+    let cap: u64 = std::env::var("QUOTA_VM_WRITER_CAP")
+        .expect("cap")
+        .parse()
+        .expect("cap");
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(str::trim)
+        .unwrap_or("?")
+        .to_owned();
+    let (mut wrote, mut errno) = (0u64, 0);
+    let errno_of = |e: std::io::Error| e.raw_os_error().unwrap_or(-1);
+    if std::env::var("QUOTA_VM_WRITER_MODE").as_deref() == Ok("files") {
+        let dir = PathBuf::from(file);
+        while wrote < cap {
+            match std::fs::File::create_new(dir.join(format!("f{wrote}"))) {
+                Ok(_) => wrote += 1,
+                Err(e) => {
+                    errno = errno_of(e);
+                    break;
+                }
+            }
+        }
+    } else {
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .expect("open writer file");
+        let chunk = vec![0xa5u8; 64 << 10];
+        while wrote < cap {
+            match out.write(&chunk) {
+                Ok(n) => wrote += n as u64,
+                Err(e) => {
+                    errno = errno_of(e);
+                    break;
+                }
+            }
+        }
+        if errno == 0
+            && let Err(e) = out.sync_all()
+        {
+            errno = errno_of(e);
+        }
+    }
+    println!("quota-vm-writer: wrote={wrote} errno={errno} capeff={cap_eff}");
+}
+
+/// `du`-style accounting of a tree: the sum of st_blocks (512-byte units) and the number of
+/// inodes, the directory itself included, not following symlinks.
+pub fn du(dir: &Path) -> (u64, u64) {
+    let meta = std::fs::symlink_metadata(dir).expect("stat");
+    let (mut bytes, mut inodes) = (meta.blocks() * 512, 1);
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let (b, i) = du(&entry.expect("entry").path());
+            bytes += b;
+            inodes += i;
+        }
+    }
+    (bytes, inodes)
+}
