@@ -26,6 +26,7 @@ const GENERIC: &[(&str, Case)] = cases![
     a_prepared_filesystem_is_detected_as_enforcing,
     new_files_and_directories_inherit_the_project,
     an_unprivileged_writer_stops_at_the_hard_limit,
+    concurrent_writers_together_stop_at_the_hard_limit,
     raising_the_limit_lets_the_writer_continue,
     an_inode_limit_stops_file_creation,
     usage_and_inodes_match_the_blocks_of_the_tree,

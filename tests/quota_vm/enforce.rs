@@ -119,6 +119,41 @@ pub fn an_unprivileged_writer_stops_at_the_hard_limit(kind: FsKind) {
     );
 }
 
+pub fn concurrent_writers_together_stop_at_the_hard_limit(kind: FsKind) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let limit = 8 * MIB;
+    let vol = writable_volume(&fs, &q, FIRST, limit);
+    let before = q.usage(FIRST).unwrap().bytes;
+    let writers: Vec<_> = (0..4)
+        .map(|i| {
+            let file = vol.join(format!("fill-{i}"));
+            std::thread::spawn(move || write_until_error(&file, 4 * limit, NOBODY))
+        })
+        .collect();
+    let mut total = 0;
+    for writer in writers {
+        let w = writer.join().expect("writer thread");
+        assert_eq!((w.cap_eff, w.errno), (0, fs.limit_errno()), "{w:?}");
+        total += w.bytes;
+    }
+    fs.sync();
+    let usage = q.usage(FIRST).unwrap().bytes;
+    assert!(usage <= limit, "usage {usage} exceeds the limit {limit}");
+    let overshoot = (before + total) as i64 - limit as i64;
+    assert!(
+        overshoot.abs() <= MIB as i64,
+        "stopped {overshoot} bytes from the limit"
+    );
+    figure(
+        kind,
+        format_args!(
+            "4 concurrent writers stopped at {} of {limit} bytes: overshoot={overshoot} bytes",
+            before + total
+        ),
+    );
+}
+
 pub fn raising_the_limit_lets_the_writer_continue(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
