@@ -27,9 +27,11 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// Finds a tool on PATH or in the sbin directories (the guest's PATH has them).
 fn on_path(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
+    let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|dir| dir.join(tool))
         .find(|candidate| candidate.is_file())
 }
