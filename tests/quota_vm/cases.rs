@@ -1,10 +1,12 @@
 //! The quota tests that run inside the VM, each in its own process. Every generic case runs
 //! on XFS and on ext4; a few are about one filesystem's particular behaviour.
 
-use csi_nodekit::node_server::quota::{FsKind, PROJECT_IDS, QuotaFs};
+use std::path::PathBuf;
+
+use csi_nodekit::node_server::quota::{FsKind, Limits, PROJECT_IDS, QuotaFs};
 
 use super::enforce::*;
-use super::fixtures::TestFs;
+use super::fixtures::{Prep, TestFs};
 use super::lifecycle::*;
 
 pub const MIB: u64 = 1 << 20;
@@ -69,6 +71,16 @@ pub fn run_one(name: &str) {
 
 pub fn figure(kind: FsKind, text: std::fmt::Arguments<'_>) {
     println!("quota-vm-figure: {kind:?}: {text}");
+}
+
+/// A prepared filesystem with a directory `vol` in project FIRST under these limits.
+pub fn prepared_volume(kind: FsKind, bytes: u64, inodes: u64) -> (TestFs, QuotaFs, PathBuf) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let vol = fs.dir("vol");
+    q.assign(&vol, FIRST, Limits { bytes, inodes })
+        .expect("assign");
+    (fs, q, vol)
 }
 
 pub fn open(fs: &TestFs) -> QuotaFs {

@@ -7,7 +7,7 @@ use csi_nodekit::node_server::quota::{
     self, Access, Decision, FsKind, Limits, Mode, QuotaFs, Support,
 };
 
-use super::cases::{CAP_SYS_RESOURCE, FIRST, MIB, figure, open};
+use super::cases::{CAP_SYS_RESOURCE, FIRST, MIB, figure, open, prepared_volume};
 use super::fixtures::{NOBODY, Prep, TestFs, Written, create_until_error, write_until_error};
 
 pub fn a_prepared_filesystem_is_detected_as_enforcing(kind: FsKind) {
@@ -20,18 +20,7 @@ pub fn a_prepared_filesystem_is_detected_as_enforcing(kind: FsKind) {
 }
 
 pub fn new_files_and_directories_inherit_the_project(kind: FsKind) {
-    let fs = TestFs::new(kind, Prep::Prepared);
-    let q = open(&fs);
-    let vol = fs.dir("vol");
-    q.assign(
-        &vol,
-        FIRST,
-        Limits {
-            bytes: 16 * MIB,
-            inodes: 0,
-        },
-    )
-    .expect("assign");
+    let (fs, _q, vol) = prepared_volume(kind, 16 * MIB, 0);
     let attr = quota::project_of(&vol).expect("project of vol");
     assert_eq!((attr.id, attr.inherit), (FIRST, true));
     std::fs::write(vol.join("file"), b"x").unwrap();

@@ -7,22 +7,11 @@ use csi_nodekit::node_server::quota::{
     self, Access, Decision, FsKind, Limits, Mode, PROJECT_IDS, ProjectIds, QuotaFs, Support,
 };
 
-use super::cases::{FIRST, MIB, figure, open};
+use super::cases::{FIRST, MIB, figure, open, prepared_volume};
 use super::fixtures::{Prep, TestFs, du};
 
 pub fn usage_and_inodes_match_the_blocks_of_the_tree(kind: FsKind) {
-    let fs = TestFs::new(kind, Prep::Prepared);
-    let q = open(&fs);
-    let vol = fs.dir("vol");
-    q.assign(
-        &vol,
-        FIRST,
-        Limits {
-            bytes: 64 * MIB,
-            inodes: 1000,
-        },
-    )
-    .expect("assign");
+    let (fs, q, vol) = prepared_volume(kind, 64 * MIB, 1000);
     for (name, size) in [
         ("empty", 0),
         ("byte", 1),
@@ -101,18 +90,7 @@ pub fn the_allocator_skips_ids_already_in_use_and_survives_a_restart(kind: FsKin
 }
 
 pub fn release_clears_the_limit_and_deletion_frees_the_id(kind: FsKind) {
-    let fs = TestFs::new(kind, Prep::Prepared);
-    let q = open(&fs);
-    let vol = fs.dir("vol");
-    q.assign(
-        &vol,
-        FIRST,
-        Limits {
-            bytes: 8 * MIB,
-            inodes: 50,
-        },
-    )
-    .expect("assign");
+    let (fs, q, vol) = prepared_volume(kind, 8 * MIB, 50);
     std::fs::write(vol.join("data"), vec![0u8; 100_000]).unwrap();
     fs.sync();
     assert_eq!(q.next_in_use(FIRST).unwrap(), Some(FIRST));
