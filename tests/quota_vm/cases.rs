@@ -32,6 +32,7 @@ const GENERIC: &[(&str, Case)] = cases![
     raising_the_limit_lets_the_writer_continue,
     an_inode_limit_stops_file_creation,
     usage_and_inodes_match_the_blocks_of_the_tree,
+    df_on_the_directory_shows_the_project_limit_not_the_filesystem,
     the_allocator_skips_ids_already_in_use_and_survives_a_restart,
     release_clears_the_limit_and_deletion_frees_the_id,
     the_device_path_fallback_sees_the_same_quota,

@@ -50,6 +50,30 @@ pub fn usage_and_inodes_match_the_blocks_of_the_tree(kind: FsKind) {
     );
 }
 
+pub fn df_on_the_directory_shows_the_project_limit_not_the_filesystem(kind: FsKind) {
+    let (fs, q, vol) = prepared_volume(kind, 24 * MIB, 500);
+    std::fs::write(vol.join("data"), vec![3u8; 5 * MIB as usize]).unwrap();
+    fs.sync();
+    let used = q.usage(FIRST).unwrap();
+    // What `df` inside a pod sees: statfs on the volume's mount reports the project's limit
+    // as the size, and the limit less the usage as free, on XFS and ext4 alike.
+    let st = nix::sys::statvfs::statvfs(&vol).expect("statvfs");
+    let unit = st.fragment_size() as u64;
+    assert_eq!(st.blocks() as u64 * unit, 24 * MIB, "size");
+    assert_eq!(
+        st.blocks_available() as u64 * unit,
+        24 * MIB - used.bytes,
+        "available"
+    );
+    assert_eq!(st.files() as u64, 500, "inodes");
+    assert_eq!(st.files_free() as u64, 500 - used.inodes, "free inodes");
+    let whole = nix::sys::statvfs::statvfs(&fs.mnt).expect("statvfs of the filesystem");
+    assert!(
+        whole.blocks() as u64 * whole.fragment_size() as u64 > 100 * MIB,
+        "the filesystem's own size"
+    );
+}
+
 pub fn the_allocator_skips_ids_already_in_use_and_survives_a_restart(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
