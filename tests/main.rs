@@ -27,6 +27,7 @@ mod probe_kubelet;
 mod probe_kubelet_cli;
 mod probe_kubelet_watch;
 mod proto_paths;
+mod quota_vm;
 mod registrar;
 mod signals;
 mod socket_layer;

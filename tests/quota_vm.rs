@@ -8,22 +8,18 @@
 //! host (boot and report), `suite` inside the VM, `case:<name>` for one case, `writer` for
 //! the unprivileged writer process a case starts.
 
-#[path = "quota_vm/cases.rs"]
 mod cases;
-#[path = "quota_vm/enforce.rs"]
 mod enforce;
-#[path = "quota_vm/fixtures.rs"]
 mod fixtures;
-#[path = "quota_vm/lifecycle.rs"]
 mod lifecycle;
-#[path = "quota_vm/vm.rs"]
 mod vm;
 
 /// The environment variable that picks the role.
 const ROLE: &str = "CSI_NODEKIT_QUOTA_VM";
 /// This test's name, for re-invoking the binary on it alone.
-const TEST_NAME: &str = "project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel";
+const TEST_NAME: &str = "quota_vm::project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel";
 
+#[ignore = "needs root, QEMU and a Debian kernel: bash scripts/vm-kernel.sh installs them"]
 #[test]
 fn project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel() {
     match std::env::var(ROLE).as_deref() {

@@ -162,6 +162,7 @@ fn run_writer(mode: &str, file: &Path, cap: u64, uid: u32) -> Written {
     cmd.args([
         "--exact",
         super::TEST_NAME,
+        "--include-ignored",
         "--nocapture",
         "--test-threads=1",
     ])

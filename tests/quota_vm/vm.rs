@@ -78,7 +78,7 @@ pub fn boot_and_report() {
     let kernel = kernel_image().unwrap();
     let exe = std::env::current_exe().expect("current exe");
     let inner = format!(
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {ROLE}=suite '{}' --exact {TEST_NAME} --nocapture --test-threads=1",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {ROLE}=suite '{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
         exe.display()
     );
     let mut vng = Command::new("vng");
@@ -267,7 +267,13 @@ pub fn run_suite_inside() {
 /// Runs one case as a child process; its verdict and its whole output.
 fn run_case(exe: &Path, name: &str) -> (bool, String) {
     let child = Command::new(exe)
-        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            TEST_NAME,
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE, format!("case:{name}"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
