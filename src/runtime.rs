@@ -43,6 +43,19 @@ pub fn run<T>(
     build(threads)?.block_on(task)
 }
 
+/// [`run`] for a task whose blocking work may never return (a `stat` through a hung network
+/// mount, given up on by a timeout): once the task is done, the runtime's threads are left
+/// behind instead of waited for, so the process can exit.
+pub fn run_detached<T>(
+    threads: Threads,
+    task: impl Future<Output = Result<T, BoxError>>,
+) -> Result<T, BoxError> {
+    let runtime = build(threads)?;
+    let result = runtime.block_on(task);
+    runtime.shutdown_background();
+    result
+}
+
 /// Runs a server until SIGTERM or SIGINT: `serve` gets the [`Shutdown`] the first signal
 /// starts (a second one exits at once, see [`Shutdown::on_signals`]).
 pub fn serve<T, F, Fut>(threads: Threads, serve: F) -> Result<T, BoxError>

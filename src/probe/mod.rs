@@ -4,9 +4,11 @@
 //! - `serve` — a drop-in livenessprobe HTTP server (`argv[0]` = `livenessprobe`);
 //! - `once` — one Probe call as an exec probe for images with no shell;
 //! - `registration` — asks the registrar whether the kubelet confirmed registration;
-//! - `kubelet` — the kubelet's plugin manager, emulated.
+//! - `kubelet` — the kubelet's plugin manager, emulated;
+//! - `doctor` — why a driver is not registered, diagnosed read-only on a live node.
 
 mod check;
+pub mod doctor;
 pub mod kubelet;
 pub mod once;
 pub mod registration;
@@ -34,6 +36,7 @@ pub enum Command {
     Once(once::Args),
     Registration(registration::Args),
     Kubelet(kubelet::Args),
+    Doctor(doctor::Args),
 }
 
 impl crate::cli::ModeArgs for Args {
@@ -54,6 +57,7 @@ impl Args {
             Some(Command::Once(args)) => Some(args),
             Some(Command::Registration(args)) => Some(args),
             Some(Command::Kubelet(args)) => Some(args),
+            Some(Command::Doctor(args)) => Some(args),
             None => None,
         }
     }
@@ -68,8 +72,9 @@ pub fn main(args: Args) -> Result<(), BoxError> {
             registration::run(registration::Settings::from_args(args)?)
         }
         Some(Command::Kubelet(args)) => kubelet::run(kubelet::Settings::from_args(args)?),
+        Some(Command::Doctor(args)) => doctor::run(doctor::Settings::from_args(args)?),
         None => Err(UsageError::new(
-            "a subcommand is required: serve, once, registration or kubelet",
+            "a subcommand is required: serve, once, registration, kubelet or doctor",
         )
         .into()),
     }

@@ -70,7 +70,7 @@ pub struct Config {
 }
 
 /// `--node-name`, else `$NODE_NAME`, else the host name lower-cased as the kubelet does.
-fn node_name(given: Option<String>) -> Result<String, BoxError> {
+pub(crate) fn node_name(given: Option<String>) -> Result<String, BoxError> {
     let given = given.or_else(|| std::env::var("NODE_NAME").ok());
     if let Some(name) = given.filter(|name| !name.is_empty()) {
         return Ok(name);
