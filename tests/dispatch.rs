@@ -56,7 +56,7 @@ fn every_subcommand_answers_version() {
 
 #[test]
 fn every_probe_subcommand_answers_version() {
-    for sub in ["serve", "once", "registration", "kubelet"] {
+    for sub in ["serve", "once", "registration", "kubelet", "doctor"] {
         let out = run(&common::binary(), &["probe", sub, "--version"]);
         assert!(out.status.success(), "{sub}: {out:?}");
         assert_eq!(

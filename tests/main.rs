@@ -23,6 +23,8 @@ mod node_server_sanity;
 mod packaging_image;
 mod packaging_manifests;
 mod probe;
+mod probe_doctor;
+mod probe_doctor_chain;
 mod probe_kubelet;
 mod probe_kubelet_cli;
 mod probe_kubelet_watch;

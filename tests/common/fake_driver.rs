@@ -68,6 +68,11 @@ impl Identity for FakeIdentity {
     }
 }
 
+/// The fake's Identity service, to be served beside others (a driver with a Node service).
+pub fn identity_server(behaviour: Arc<Behaviour>) -> IdentityServer<impl Identity> {
+    IdentityServer::new(FakeIdentity(behaviour))
+}
+
 /// A running fake driver; dropping it stops the server and removes its socket.
 pub struct FakeDriver {
     pub socket: PathBuf,

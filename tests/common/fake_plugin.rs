@@ -256,6 +256,11 @@ pub fn registration_with_node(
     (Served::start(socket, bind, routes), registrar)
 }
 
+/// The fake Node service, to be served beside others (a driver with an Identity service).
+pub fn node_server(answer: Arc<NodeAnswer>) -> NodeServer<impl Node> {
+    NodeServer::new(NodeService(answer))
+}
+
 /// A CSI driver socket whose NodeGetInfo gives `answer`.
 pub fn node(socket: &Path, answer: Arc<NodeAnswer>) -> Served {
     let routes = Routes::new(NodeServer::new(NodeService(answer)));

@@ -154,6 +154,7 @@ impl Drop for KillOnDrop {
     }
 }
 pub mod csi_node;
+pub mod doctor;
 pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;
@@ -161,3 +162,4 @@ pub mod logs;
 pub mod registrar;
 pub mod scratch_fs;
 pub mod tree_fixture;
+pub mod upstream_registrar;

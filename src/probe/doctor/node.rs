@@ -231,17 +231,22 @@ async fn unannounced_one(
             "a controller socket, nothing for the kubelet to register",
         ),
         _ => {
-            let fix = match endpoints.iter().find(|(driver, _)| *driver == name) {
-                Some((_, endpoint)) => format!(
-                    "a registrar announces {name:?} with the endpoint {endpoint:?}: set its \
-                     --kubelet-registration-path to {shown}"
-                ),
-                None => format!(
-                    "add or repair the node-driver-registrar sidecar of {name:?}; its \
-                     registration directory must be the host's {}",
-                    ctx.root.join("plugins_registry").display()
-                ),
-            };
+            if let Some((_, endpoint)) = endpoints.iter().find(|(driver, _)| *driver == name) {
+                // Its registrar is reported above with an error; this is where it should point.
+                return Finding::warning(
+                    "plugins.unregistered",
+                    format!(
+                        "{shown} serves driver {name:?}, but its registrar announces the endpoint {endpoint:?}"
+                    ),
+                    "the kubelet dials the announced endpoint, not this socket",
+                    format!("set the registrar's --kubelet-registration-path to {shown}"),
+                );
+            }
+            let fix = format!(
+                "add or repair the node-driver-registrar sidecar of {name:?}; its registration \
+                 directory must be the host's {}",
+                ctx.root.join("plugins_registry").display()
+            );
             Finding::error(
                 "plugins.unregistered",
                 format!("{shown} serves driver {name:?}, but no registration socket announces it"),
