@@ -25,6 +25,7 @@ mod packaging_manifests;
 mod probe;
 mod probe_doctor;
 mod probe_doctor_chain;
+mod probe_doctor_root;
 mod probe_kubelet;
 mod probe_kubelet_cli;
 mod probe_kubelet_watch;
