@@ -24,6 +24,8 @@ mod packaging_image;
 mod packaging_manifests;
 mod probe;
 mod probe_doctor;
+#[cfg(feature = "kube-api")]
+mod probe_doctor_api;
 mod probe_doctor_chain;
 mod probe_doctor_root;
 mod probe_kubelet;

@@ -9,48 +9,14 @@ use crate::common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::binary;
 use common::doctor::{
-    KubeletRoot, command, doctor, fake_plugin, registration, snapshot, stale_socket,
+    KubeletRoot, command, doctor, fake_plugin, our_plugin, registration, snapshot, stale_socket,
 };
 use common::fake_plugin::csi_plugin;
 use common::upstream_registrar::UpstreamRegistrar;
-use common::{KillOnDrop, binary, is_socket, wait_until};
 
 const DRIVER: &str = "nodekit.csi.local";
-
-/// Our node-server and our registrar on a temporary kubelet root, as a DaemonSet would run
-/// them on the host, and the registrar's HTTP address.
-async fn our_plugin(node: &KubeletRoot) -> (KillOnDrop, KillOnDrop, String) {
-    let socket = node.driver_socket(DRIVER);
-    let server = common::spawn_node_server(
-        &socket,
-        &node.root.join("state"),
-        &[
-            &format!("--driver-name={DRIVER}"),
-            "--node-id=node-a",
-            "--max-volumes-per-node=7",
-        ],
-    );
-    let http = common::free_local_address();
-    let registrar = common::spawn(
-        Command::new(binary())
-            .arg("registrar")
-            .arg(format!("--csi-address={}", socket.display()))
-            .arg(format!("--kubelet-registration-path={}", socket.display()))
-            .arg(format!(
-                "--plugin-registration-path={}",
-                node.registry().display()
-            ))
-            .arg(format!("--http-endpoint={http}")),
-        "registrar",
-    );
-    let reg_socket = node.reg_socket(DRIVER);
-    assert!(
-        wait_until(Duration::from_secs(10), || is_socket(&reg_socket)).await,
-        "the registrar did not create {reg_socket:?}"
-    );
-    (server, registrar, http)
-}
 
 async fn registrar_metrics(http: &str) -> String {
     let (status, body) = csi_nodekit::http::get(http, "/metrics", Duration::from_secs(5))
@@ -68,7 +34,7 @@ async fn registrar_metrics(http: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_node_with_our_node_server_and_registrar_reports_no_problem() {
     let node = KubeletRoot::new();
-    let (_server, _registrar, _) = our_plugin(&node).await;
+    let (_server, _registrar, _) = our_plugin(&node, DRIVER).await;
     let out = doctor(&node.root, &[]).await;
     assert_eq!(out.code, Some(0), "{:#}\n{}", out.report, out.stderr);
     assert_eq!(out.report["summary"]["errors"], 0);
@@ -105,7 +71,7 @@ async fn a_healthy_node_with_our_node_server_and_registrar_reports_no_problem() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doctor_changes_no_file_no_registrar_state_and_calls_nothing_but_get_info() {
     let node = KubeletRoot::new();
-    let (_server, _registrar, http) = our_plugin(&node).await;
+    let (_server, _registrar, http) = our_plugin(&node, DRIVER).await;
     // Every kind of entry the doctor reads, beside our plugin.
     let upstream_socket = node.reg_socket("upstream.csi.example.io");
     let upstream = UpstreamRegistrar::start(

@@ -14,6 +14,7 @@ use tonic::service::Routes;
 
 use super::fake_driver::{Behaviour, identity_server};
 use super::fake_plugin::{self, Bind, NodeAnswer, Registrar, Served, csi_plugin, node_server};
+use super::{KillOnDrop, is_socket, wait_until};
 
 /// A temporary kubelet root: `<root>/plugins_registry` and `<root>/plugins`.
 pub struct KubeletRoot {
@@ -81,6 +82,40 @@ pub fn fake_plugin(node: &KubeletRoot, name: &str) -> FakePlugin {
         behaviour,
         answer,
     }
+}
+
+/// Our node-server and our registrar on a temporary kubelet root, as a DaemonSet would run
+/// them on the host, and the registrar's HTTP address.
+pub async fn our_plugin(node: &KubeletRoot, driver: &str) -> (KillOnDrop, KillOnDrop, String) {
+    let socket = node.driver_socket(driver);
+    let server = super::spawn_node_server(
+        &socket,
+        &node.root.join("state"),
+        &[
+            &format!("--driver-name={driver}"),
+            "--node-id=node-a",
+            "--max-volumes-per-node=7",
+        ],
+    );
+    let http = super::free_local_address();
+    let registrar = super::spawn(
+        Command::new(super::binary())
+            .arg("registrar")
+            .arg(format!("--csi-address={}", socket.display()))
+            .arg(format!("--kubelet-registration-path={}", socket.display()))
+            .arg(format!(
+                "--plugin-registration-path={}",
+                node.registry().display()
+            ))
+            .arg(format!("--http-endpoint={http}")),
+        "registrar",
+    );
+    let reg_socket = node.reg_socket(driver);
+    assert!(
+        wait_until(Duration::from_secs(10), || is_socket(&reg_socket)).await,
+        "the registrar did not create {reg_socket:?}"
+    );
+    (server, registrar, http)
 }
 
 /// A registration socket announcing `info`.

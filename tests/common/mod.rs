@@ -155,6 +155,8 @@ impl Drop for KillOnDrop {
 }
 pub mod csi_node;
 pub mod doctor;
+#[cfg(feature = "kube-api")]
+pub mod fake_api;
 pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;
