@@ -93,11 +93,7 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
     };
     let findings = &mut plugin.findings;
     let local = ctx.host.path(&socket);
-    if let Some(who) = &ctx.kubelet_credentials {
-        if let Err(why) = access::can_connect(&ctx.host, &socket, who) {
-            findings.push(unreachable_finding("registration.permissions", who, &why));
-        }
-    }
+    findings.extend(unreachable(ctx, "registration.permissions", &socket));
     let channel = match rpc::dial(&local, ctx.timeout).await {
         Ok(channel) => channel,
         Err(DialError::Stale) => {
@@ -206,19 +202,18 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
     plugin
 }
 
-fn unreachable_finding(
-    check: &'static str,
-    who: &access::Credentials,
-    why: &access::Blocked,
-) -> Finding {
-    Finding::error(
+/// A finding when the kubelet runs as another user than root and cannot reach `path`.
+fn unreachable(ctx: &Context, check: &'static str, path: &Path) -> Option<Finding> {
+    let who = ctx.kubelet_credentials.as_ref()?;
+    let why = access::can_connect(&ctx.host, path, who).err()?;
+    Some(Finding::error(
         check,
         format!("the kubelet runs as UID {} and cannot pass: {why}", who.uid),
         "a kubelet that is not root needs search permission on every directory and write \
          permission on the socket",
         "open the directory or socket to the kubelet's user or group (--socket-mode, \
          --socket-group)",
-    )
+    ))
 }
 
 /// Checks the endpoint GetInfo named; on success, the dialled channel and the endpoint's host
@@ -281,11 +276,7 @@ async fn check_endpoint(
         }
     }
     plugin.endpoint_id = super::scan::file_id(&local);
-    if let Some(who) = &ctx.kubelet_credentials {
-        if let Err(why) = access::can_connect(&ctx.host, &shown, who) {
-            findings.push(unreachable_finding("endpoint.permissions", who, &why));
-        }
-    }
+    findings.extend(unreachable(ctx, "endpoint.permissions", &shown));
     match rpc::dial(&local, ctx.timeout).await {
         Ok(channel) => {
             findings.push(Finding::ok(

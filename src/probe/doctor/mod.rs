@@ -127,8 +127,11 @@ pub enum SettingsError {
     #[error(transparent)]
     Api(api::AccessError),
     #[cfg(not(feature = "kube-api"))]
-    #[error("--kubeconfig: this binary was built without the kube-api feature")]
-    ApiNotBuilt,
+    #[error(
+        "--kubeconfig {}: this binary was built without the kube-api feature",
+        .0.display()
+    )]
+    ApiNotBuilt(PathBuf),
 }
 
 impl Settings {
@@ -179,7 +182,7 @@ fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
 #[cfg(not(feature = "kube-api"))]
 fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
     match kubeconfig {
-        Some(_) => Err(SettingsError::ApiNotBuilt),
+        Some(path) => Err(SettingsError::ApiNotBuilt(path.to_owned())),
         None => Ok(ApiAccess::Off),
     }
 }
