@@ -399,3 +399,45 @@ fn without_buildah_or_podman_the_build_script_says_what_to_install_and_installs_
         "{missing:?}"
     );
 }
+
+#[ignore = "needs root and buildah: builds the image and runs it under chroot"]
+#[test]
+fn the_doctor_runs_inside_the_image_with_nothing_but_the_binary() {
+    let build = first_build();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, rootfs) = unpack(&build.archive, dir.path());
+    // A kubelet root inside the image's filesystem, as `kubectl exec` finds it mounted.
+    let registry = rootfs.join("var/lib/kubelet/plugins_registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    drop(
+        std::os::unix::net::UnixListener::bind(registry.join("gone.csi.example.io-reg.sock"))
+            .unwrap(),
+    );
+    let argv = [
+        "/csi-nodekit",
+        "probe",
+        "doctor",
+        "--no-api",
+        "--node-name=n1",
+        "--output=json",
+    ];
+    let out = Command::new(chroot())
+        .env_clear()
+        .arg(&rootfs)
+        .args(argv)
+        .output()
+        .expect("run chroot");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["kubeletRoot"]["path"], "/var/lib/kubelet");
+    assert_eq!(report["kubeletRoot"]["source"], "known-location");
+    assert_eq!(
+        report["plugins"][0]["findings"][0]["check"],
+        "registration.stale"
+    );
+}

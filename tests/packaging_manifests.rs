@@ -234,3 +234,49 @@ fn the_manifests_agree_on_the_driver_name_the_socket_paths_and_the_image_version
         }
     }
 }
+
+#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[test]
+fn the_doctor_pod_reads_the_host_where_it_tells_the_doctor_to_look_and_has_only_read_rights() {
+    let docs = documents();
+    let in_tools = |file: &PathBuf| file.starts_with(manifest_dir().join("tools"));
+    let (_, pod) = docs
+        .iter()
+        .find(|(file, d)| in_tools(file) && kind(d) == "Pod")
+        .expect("the doctor pod in tools/");
+    let spec = &pod["spec"];
+    assert_eq!(
+        spec["hostPID"], true,
+        "the doctor finds the kubelet's --root-dir in /proc"
+    );
+    let container = &spec["containers"][0];
+    let args = strings(&container["args"]);
+    assert_eq!(args[..2], ["probe", "doctor"]);
+    let host_root = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--host-root="))
+        .expect("--host-root");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == host_root)
+        .expect("a mount at --host-root");
+    assert_eq!(mount["readOnly"], true);
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert_eq!(volume["hostPath"]["path"], "/");
+    let (_, role) = docs
+        .iter()
+        .find(|(file, d)| in_tools(file) && kind(d) == "ClusterRole")
+        .expect("the doctor's ClusterRole");
+    for rule in role["rules"].as_array().unwrap() {
+        for verb in strings(&rule["verbs"]) {
+            assert!(["get", "list"].contains(&verb.as_str()), "{rule}");
+        }
+    }
+}
