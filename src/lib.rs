@@ -31,8 +31,10 @@
 //!   Registration API and the status it feeds), `supervise` (driver watch, socket healing,
 //!   re-registration), `health` (`/healthz`, `/readyz`, `/metrics`).
 //! - [`probe`] — `probe` mode: `serve` (livenessprobe), `once`, `registration`, `check` (one
-//!   Probe call), and `kubelet` (the kubelet's plugin manager: `watcher`, `state`,
-//!   `reconciler`, `register`, `validate`, `csinode`, `backoff`, `report`).
+//!   Probe call), `kubelet` (the kubelet's plugin manager: `watcher`, `state`, `reconciler`,
+//!   `register`, `validate`, `csinode`, `backoff`, `report`), and `doctor` (read-only diagnosis
+//!   of registration on a live node: `root`, `scan`, `chain`, `driver`, `node`, `rpc`,
+//!   `access`, `api` behind the `kube-api` feature, `finding`, `report`).
 //! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
