@@ -11,21 +11,10 @@ use std::time::{Duration, Instant};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{Proc, binary};
+use support::{Proc, binary, spawn};
 
 const DRIVERS: usize = 10;
 const RUNS: usize = 20;
-
-fn spawn(args: &[String]) -> Proc {
-    Proc(
-        Command::new(binary())
-            .args(args)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn"),
-    )
-}
 
 /// Driver `i`: node-server on `plugins/<name>/csi.sock`, and its registrar.
 fn plugin(root: &Path, i: usize) -> [Proc; 2] {

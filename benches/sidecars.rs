@@ -6,27 +6,16 @@
 //! `cargo bench --bench sidecars`
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{Proc, binary, mb, memory_kib};
+use support::{binary, mb, memory_kib, spawn};
 
 use csi_nodekit::proto::registration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
-
-fn spawn(args: &[String]) -> Proc {
-    Proc(
-        Command::new(binary())
-            .args(args)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn"),
-    )
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]

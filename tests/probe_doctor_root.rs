@@ -7,10 +7,8 @@ use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use common::binary;
-use common::doctor::{KubeletRoot, fake_plugin, registration, run};
+use common::doctor::{KubeletRoot, base_command, fake_plugin, registration, run};
 use common::fake_plugin::csi_plugin;
 
 /// A process in a staged `/proc`: its argv, environment and `Uid:` line.
@@ -24,22 +22,6 @@ fn process(proc_root: &Path, pid: u32, argv: &[&str], environ: &[&str], uid: u32
         "Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\nGroups:\t\n"
     );
     std::fs::write(dir.join("status"), status).unwrap();
-}
-
-fn command(proc_root: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(binary());
-    command
-        .args([
-            "probe",
-            "doctor",
-            "--output=json",
-            "--no-api",
-            "--node-name=node-a",
-        ])
-        .arg(format!("--proc-root={}", proc_root.display()))
-        .args(extra)
-        .stdin(Stdio::null());
-    command
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +38,7 @@ async fn the_running_kubelets_root_dir_is_found_in_proc() {
         &[],
         0,
     );
-    let out = run(command(procs.path(), &[])).await;
+    let out = run(base_command(procs.path(), &[])).await;
     assert_eq!(out.code, Some(0), "{:#}", out.report);
     assert_eq!(
         out.report["kubeletRoot"]["path"],
@@ -73,7 +55,7 @@ async fn the_running_kubelets_root_dir_is_found_in_proc() {
     let other = tempfile::tempdir().unwrap();
     std::fs::create_dir(other.path().join("plugins_registry")).unwrap();
     let flag = format!("--kubelet-root={}", other.path().display());
-    let out = run(command(procs.path(), &[&flag])).await;
+    let out = run(base_command(procs.path(), &[&flag])).await;
     let mismatch = out.of("root.mismatch");
     assert_eq!(mismatch[0].0, "warning");
     assert!(
@@ -127,7 +109,7 @@ async fn microk8s_sockets_in_the_default_root_are_an_error_naming_the_kubelets_r
     let wrong = host.path("/var/lib/kubelet/plugins_registry/x.csi.example.io-reg.sock");
     let endpoint = "/var/lib/kubelet/plugins/x.csi.example.io/csi.sock";
     let (_reg, _) = registration(&wrong, csi_plugin("x.csi.example.io", endpoint));
-    let out = run(command(procs.path(), &[&host.flag()])).await;
+    let out = run(base_command(procs.path(), &[&host.flag()])).await;
     assert_eq!(out.code, Some(1), "{:#}", out.report);
     assert_eq!(out.report["kubeletRoot"]["path"], microk8s);
     assert_eq!(
@@ -150,7 +132,7 @@ async fn without_a_visible_kubelet_a_known_location_is_used_and_said_so() {
     std::fs::create_dir_all(host.path("/var/lib/k0s/kubelet/plugins_registry")).unwrap();
     let procs = tempfile::tempdir().unwrap();
     process(procs.path(), 1, &["/pause"], &[], 0);
-    let out = run(command(procs.path(), &[&host.flag()])).await;
+    let out = run(base_command(procs.path(), &[&host.flag()])).await;
     assert_eq!(out.code, Some(0), "{:#}", out.report);
     assert_eq!(out.report["kubeletRoot"]["path"], "/var/lib/k0s/kubelet");
     assert_eq!(out.report["kubeletRoot"]["source"], "known-location");
@@ -161,7 +143,7 @@ async fn without_a_visible_kubelet_a_known_location_is_used_and_said_so() {
     );
 
     let empty = HostFs::new();
-    let out = run(command(procs.path(), &[&empty.flag()])).await;
+    let out = run(base_command(procs.path(), &[&empty.flag()])).await;
     assert_eq!(out.code, Some(1));
     assert_eq!(out.errors(), ["root.not-found"]);
 }
@@ -181,7 +163,7 @@ async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     let procs = tempfile::tempdir().unwrap();
     let root_flag = format!("--root-dir={}", node.root.display());
     process(procs.path(), 812, &["kubelet", &root_flag], &[], 4242);
-    let out = run(command(procs.path(), &[])).await;
+    let out = run(base_command(procs.path(), &[])).await;
     assert_eq!(out.code, Some(1), "{:#}", out.report);
     assert_eq!(out.errors(), ["endpoint.permissions"]);
     let (_, saw) = &out.of("endpoint.permissions")[0];
@@ -197,5 +179,5 @@ async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     );
     // The same node with a root kubelet: nothing to say.
     process(procs.path(), 812, &["kubelet", &root_flag], &[], 0);
-    assert_eq!(run(command(procs.path(), &[])).await.code, Some(0));
+    assert_eq!(run(base_command(procs.path(), &[])).await.code, Some(0));
 }

@@ -22,6 +22,18 @@ pub fn binary() -> PathBuf {
     }
 }
 
+/// The binary started with `args`, its stderr discarded, stopped on drop.
+pub fn spawn(args: &[String]) -> Proc {
+    Proc(
+        std::process::Command::new(binary())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    )
+}
+
 /// A child process stopped on drop the way Kubernetes stops containers: SIGTERM, then SIGKILL
 /// after 5 s (a plain SIGKILL would leave sockets behind and skew the next measurement).
 pub struct Proc(pub Child);

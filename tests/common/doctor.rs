@@ -184,9 +184,8 @@ impl Outcome {
     }
 }
 
-/// The doctor command against a kubelet root, without API access and with an empty process
-/// table (so the machine's own processes play no part), plus `extra`.
-pub fn command(root: &Path, extra: &[&str]) -> Command {
+/// The doctor command without API access, reading processes from `proc_root`, plus `extra`.
+pub fn base_command(proc_root: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(super::binary());
     command
         .args([
@@ -196,14 +195,19 @@ pub fn command(root: &Path, extra: &[&str]) -> Command {
             "--no-api",
             "--node-name=node-a",
         ])
-        .arg(format!("--kubelet-root={}", root.display()))
-        .arg(format!(
-            "--proc-root={}",
-            root.join("no-such-proc").display()
-        ))
+        .arg(format!("--proc-root={}", proc_root.display()))
         .args(extra)
         .stdin(Stdio::null());
     command
+}
+
+/// The doctor command against a kubelet root, with an empty process table (so the machine's
+/// own processes play no part), plus `extra`.
+pub fn command(root: &Path, extra: &[&str]) -> Command {
+    let root_flag = format!("--kubelet-root={}", root.display());
+    let mut all = vec![root_flag.as_str()];
+    all.extend_from_slice(extra);
+    base_command(&root.join("no-such-proc"), &all)
 }
 
 /// Runs a prepared command to its end off the async threads (the fakes are served there).
