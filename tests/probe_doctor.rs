@@ -274,6 +274,7 @@ async fn bad_usage_exits_2_with_a_line_naming_the_flag() {
         (&["--output=yaml"][..], "--output"),
         (&["--timeout=soon"][..], "--timeout"),
         (&["--timeout=0s"][..], "--timeout"),
+        (&["--kubelet-root=var/lib/kubelet"][..], "--kubelet-root"),
         (
             &["--kubeconfig=/nonexistent/config"][..],
             "/nonexistent/config",

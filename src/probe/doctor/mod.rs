@@ -121,8 +121,8 @@ pub enum SettingsError {
     Output(#[source] crate::probe::kubelet::report::UnknownOutput),
     #[error("--timeout must be more than zero")]
     Timeout,
-    #[error("--node-name: {0}")]
-    NodeName(#[source] BoxError),
+    #[error("--kubelet-root must be an absolute path")]
+    RelativeRoot,
     #[cfg(feature = "kube-api")]
     #[error(transparent)]
     Api(api::AccessError),
@@ -145,8 +145,11 @@ impl Settings {
         if args.timeout.0.is_zero() {
             return Err(SettingsError::Timeout);
         }
-        let node_name =
-            crate::probe::kubelet::node_name(args.node_name).map_err(SettingsError::NodeName)?;
+        // Only the API comparisons need it; without one they say so.
+        let node_name = crate::probe::kubelet::node_name(args.node_name).unwrap_or_default();
+        if args.kubelet_root.as_ref().is_some_and(|r| !r.is_absolute()) {
+            return Err(SettingsError::RelativeRoot);
+        }
         let api = if args.no_api {
             ApiAccess::Off
         } else {

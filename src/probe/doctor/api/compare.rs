@@ -108,9 +108,14 @@ pub async fn compare(
     limit: Duration,
 ) -> Vec<Finding> {
     if !valid_node_name(node_name) {
+        let saw = if node_name.is_empty() {
+            "no node name: --node-name and $NODE_NAME are unset and the host name unreadable".into()
+        } else {
+            format!("{node_name:?} is not a valid Node name")
+        };
         return vec![Finding::warning(
             "api.node-name",
-            format!("{node_name:?} is not a valid Node name"),
+            saw,
             "the API comparisons were skipped",
             "give --node-name as `kubectl get nodes` shows it",
         )];
