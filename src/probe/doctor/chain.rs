@@ -254,7 +254,27 @@ async fn check_endpoint(
         return None;
     }
     let local = ctx.host.path(&shown);
-    let kind = super::scan::Kind::of(&local).ok().flatten();
+    // Off the async threads and bounded: a path through a hung mount costs one timeout.
+    let looked_up = local.clone();
+    let inspected = super::blocking(ctx.timeout, move || {
+        let kind = super::scan::Kind::of(&looked_up).ok().flatten();
+        (kind, super::scan::file_id(&looked_up))
+    })
+    .await;
+    let Some((kind, endpoint_id)) = inspected else {
+        findings.push(Finding::error(
+            "endpoint.hung",
+            format!(
+                "looking up the endpoint {} took longer than {:?}",
+                shown.display(),
+                ctx.timeout
+            ),
+            "a filesystem on the way does not answer (a hung network mount?); the kubelet hangs \
+             there too",
+            "check the node's mounts",
+        ));
+        return None;
+    };
     match kind {
         Some(super::scan::Kind::Socket) => {}
         None | Some(super::scan::Kind::DanglingLink) => {
@@ -275,7 +295,7 @@ async fn check_endpoint(
             return None;
         }
     }
-    plugin.endpoint_id = super::scan::file_id(&local);
+    plugin.endpoint_id = endpoint_id;
     findings.extend(unreachable(ctx, "endpoint.permissions", &shown));
     match rpc::dial(&local, ctx.timeout).await {
         Ok(channel) => {
