@@ -34,7 +34,7 @@
 //!   Probe call), `kubelet` (the kubelet's plugin manager: `watcher`, `state`, `reconciler`,
 //!   `register`, `validate`, `csinode`, `backoff`, `report`), and `doctor` (read-only diagnosis
 //!   of registration on a live node: `root`, `scan`, `chain`, `driver`, `node`, `rpc`,
-//!   `access`, `api` behind the `kube-api` feature, `finding`, `report`).
+//!   `access`, `api` behind the `kube-api` feature, `finding`, `report`, `settings`).
 //! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
