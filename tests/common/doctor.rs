@@ -237,25 +237,12 @@ pub async fn doctor(root: &Path, extra: &[&str]) -> Outcome {
 /// Every file and directory under `dir` with its mode, owner, inode, size and modification
 /// time (a file created and removed again still changes its directory's mtime).
 pub fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, u64, u64, i64, i64)> {
-    let mut out = Vec::new();
-    let mut pending = vec![dir.to_owned()];
-    while let Some(path) = pending.pop() {
-        let meta = std::fs::symlink_metadata(&path).unwrap();
-        out.push((
-            path.clone(),
-            meta.mode(),
-            meta.uid(),
-            meta.ino(),
-            meta.size(),
-            meta.mtime(),
-            meta.mtime_nsec(),
-        ));
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(&path).unwrap() {
-                pending.push(entry.unwrap().path());
-            }
-        }
-    }
-    out.sort();
-    out
+    super::tree_fixture::walk(dir)
+        .into_iter()
+        .map(|path| {
+            let meta = std::fs::symlink_metadata(dir.join(&path)).unwrap();
+            let (mode, uid, ino, size) = (meta.mode(), meta.uid(), meta.ino(), meta.size());
+            (path, mode, uid, ino, size, meta.mtime(), meta.mtime_nsec())
+        })
+        .collect()
 }
