@@ -257,7 +257,7 @@ async fn main() {
     let mut entries = 0;
     for _ in 0..reads {
         let table = csi_nodekit::node_server::mountinfo::MountTable::parse(&text);
-        entries = table.expect("mount table").entries().len();
+        entries = table.entries().len();
     }
     println!(
         "mount table: {entries} entries ({} bytes): read {read:.0?}, parse {:.0?}",

@@ -183,7 +183,8 @@ fn cleanup(layout: &Layout) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Mount points at or below `dir`, from the kernel's mount table.
+/// Mount points at or below `dir`, from the kernel's mount table (parsed as node-server
+/// parses it: escapes, namespace mounts and all).
 fn mounts_under(dir: &Path) -> Result<Vec<PathBuf>, BoxError> {
     let table = MountTable::read()?;
     Ok(table

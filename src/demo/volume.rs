@@ -47,7 +47,10 @@ fn show_mounts(path: &Path) {
             entry.mount_point.display(),
             entry.dev.0,
             entry.dev.1,
-            entry.root.display(),
+            entry
+                .root
+                .as_deref()
+                .map_or("(no path)".into(), Path::to_string_lossy),
             entry.options.join(",")
         );
     }

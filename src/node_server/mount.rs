@@ -239,7 +239,7 @@ pub mod fake {
         pub fn with_root() -> Self {
             let root = MountEntry {
                 dev: (8, 1),
-                root: PathBuf::from("/"),
+                root: Some(PathBuf::from("/")),
                 mount_point: PathBuf::from("/"),
                 options: vec!["rw".into()],
             };
@@ -277,7 +277,7 @@ pub mod fake {
             }
             self.table.lock().unwrap().push(MountEntry {
                 dev: from.dev,
-                root: from.path,
+                root: Some(from.path),
                 mount_point: target.to_owned(),
                 options: flags,
             });
@@ -341,7 +341,7 @@ mod tests {
     fn an_existing_mount_satisfies_a_request_only_with_the_same_read_only_state() {
         let entry = |options: &[&str]| MountEntry {
             dev: (0, 1),
-            root: "/".into(),
+            root: Some("/".into()),
             mount_point: "/t".into(),
             options: flags(options),
         };
