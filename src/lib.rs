@@ -12,7 +12,8 @@
 //! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown.
 //! - [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
-//!   dialling with back-off (`socket/dial.rs`).
+//!   dialling with back-off (`socket/dial.rs`), and gRPC servers that accept any `:authority`
+//!   (`socket/authority.rs`).
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics`, and a one-shot GET.
 //! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.

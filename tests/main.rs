@@ -12,6 +12,7 @@ mod copy_tree;
 mod demo;
 mod dispatch;
 mod end_to_end;
+mod grpc_any_authority;
 mod logging;
 mod loop_device_safety;
 mod loop_devices;

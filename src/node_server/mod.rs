@@ -37,7 +37,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use argh::{ArgsInfo, FromArgs};
-use tokio_stream::wrappers::UnixListenerStream;
 
 pub use driver::OpenError;
 pub use mount::{LinuxMounter, Mounter};
@@ -247,7 +246,7 @@ pub async fn serve(
         ))))
         .add_service(NodeServer::new(node::NodeService(Arc::clone(&driver))))
         .add_service(ControllerServer::new(controller::ControllerService(driver)))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown.clone().wait());
+        .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
     match crate::shutdown::run_with_grace(server, shutdown, crate::shutdown::GRACE_PERIOD).await {
         Some(result) => result.map_err(Into::into),
         None => Ok(()),

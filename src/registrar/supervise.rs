@@ -78,7 +78,7 @@ impl Served {
     ) -> Result<Self, SocketError> {
         let (listener, guard) = socket::bind_tokio(path, settings.socket_perms)?;
         let (stop, stopped) = Shutdown::manual();
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let incoming = socket::grpc_incoming(listener);
         let task = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(RegistrationServer::new(service))

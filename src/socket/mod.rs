@@ -1,5 +1,6 @@
 //! The one socket layer every mode uses: address parsing, binding with stale-socket cleanup and
-//! permissions, a guard that removes only our own socket, and dialling with back-off.
+//! permissions, a guard that removes only our own socket, dialling with back-off, and gRPC
+//! serving that accepts any `:authority` (`authority`).
 //!
 //! Binding is careful because the paths are shared with other processes (the kubelet, a
 //! previous instance of ourselves, an operator's files): a live socket is never stolen, a file
@@ -11,7 +12,9 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+mod authority;
 mod dial;
+pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, grpc_incoming};
 pub use dial::{DialError, connect, dial};
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.

@@ -161,6 +161,7 @@ pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;
 pub mod logs;
+pub mod raw_h2;
 pub mod registrar;
 pub mod scratch_fs;
 pub mod tree_fixture;
