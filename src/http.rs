@@ -1,25 +1,22 @@
 //! The small HTTP/1.1 server behind `/healthz`, `/readyz` and `/metrics` (registrar and probe),
 //! and the one-request client `probe registration` uses to ask the registrar.
 //!
-//! Memory stays bounded whatever the request rate: connections are capped, headers must arrive
-//! within a deadline, and each reply is built by the caller's handler from shared state.
+//! Idle or slow clients cannot delay a probe and memory stays bounded whatever arrives (see
+//! [`conns`]); each reply is built by the caller's handler from shared state. On shutdown,
+//! requests in progress are answered before [`serve`] returns.
 
-use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::shutdown::Shutdown;
 
-/// Probes from one kubelet and a Prometheus scraper need a handful; the cap is what keeps a
-/// flood from growing memory.
-const MAX_CONNECTIONS: usize = 64;
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+mod conns;
+pub use conns::Limits;
 
 /// Why a listener could not be bound or a GET got no answer; each names the address.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +73,7 @@ impl Reply {
         Self::text(404, "404 page not found\n")
     }
 
-    fn into_response(self) -> hyper::Response<Full<Bytes>> {
+    pub(crate) fn into_response(self) -> hyper::Response<Full<Bytes>> {
         let mut response = hyper::Response::new(Full::new(Bytes::from(self.body)));
         *response.status_mut() = hyper::StatusCode::from_u16(self.status)
             .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -115,50 +112,44 @@ pub async fn bind(endpoint: &str) -> Result<TcpListener, HttpError> {
     Err(last_error)
 }
 
-/// Serves until `shutdown`, answering every request with `handler(path)`.
+/// Serves until `shutdown`, answering every request with `handler(path)`; then answers the
+/// requests in progress (within the grace period) and returns.
 pub async fn serve<H, F>(listener: TcpListener, handler: H, shutdown: Shutdown)
 where
     H: Fn(String) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Reply> + Send + 'static,
 {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    serve_with(listener, handler, shutdown, Limits::default()).await
+}
+
+/// [`serve`] with other limits (tests use short ones).
+pub async fn serve_with<H, F>(listener: TcpListener, handler: H, shutdown: Shutdown, limits: Limits)
+where
+    H: Fn(String) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Reply> + Send + 'static,
+{
+    let mut connections = conns::Connections::new(limits);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = shutdown.clone().wait() => return,
+            () = shutdown.clone().wait() => break,
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) => {
+                // Out of descriptors (EMFILE) is the likely cause; the backlog waits meanwhile.
                 log::warn!("HTTP accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        // Waiting for a free slot before the next accept is the back-pressure.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot,
-            () = shutdown.clone().wait() => return,
-        };
-        let Ok(slot) = slot else { return };
-        let handler = handler.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let service = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
-                    let reply = handler(request.uri().path().to_owned());
-                    async move { Ok::<_, Infallible>(reply.await.into_response()) }
-                },
-            );
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = connection.await {
-                log::trace!("HTTP connection: {e}");
-            }
-        });
+        if !connections.make_room(&shutdown).await {
+            break;
+        }
+        connections.admit(stream, handler.clone());
     }
+    drop(listener);
+    connections.shut_down().await;
 }
 
 /// Where to connect for a listen address: `:port` and the wildcard addresses mean this host.

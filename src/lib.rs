@@ -2,8 +2,8 @@
 //!
 //! # Layout
 //!
-//! - `main.rs` — thin: argv → mode → `<mode>::main(args)` → exit code (the only place that
-//!   picks exit codes).
+//! - `main.rs` — thin: argv → mode → logging and [`rlimit`] → `<mode>::main(args)` → exit code
+//!   (the only place that picks exit codes).
 //! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation;
 //!   [`ModeArgs`](cli::ModeArgs), what `main` needs from every mode's `Args`.
 //! - Every mode has one contract: `Args` (argh) → `Settings::from_args` (validated; a bad value
@@ -14,9 +14,13 @@
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
 //!   dialling with back-off (`socket/dial.rs`), and gRPC servers that accept any `:authority`
 //!   (`socket/authority.rs`).
-//! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics`, and a one-shot GET.
+//! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics` (`http/conns.rs`:
+//!   bounded connections, the longest-idle one shed at the cap, drained on shutdown), and a
+//!   one-shot GET.
 //! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
+//! - [`rlimit`] — process limits `main` sets before any mode starts (open files raised to the
+//!   hard limit).
 //! - [`backoff`] — the one doubling back-off (dialling, the registrar, the kubelet emulator).
 //! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
 //!   formatting of values and errors.
@@ -56,6 +60,7 @@ pub mod node_server;
 pub mod probe;
 pub mod proto;
 pub mod registrar;
+pub mod rlimit;
 pub mod runtime;
 pub mod shutdown;
 pub mod socket;

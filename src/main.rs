@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use csi_nodekit::cli::{self, Dispatch, Mode, ModeArgs, ParseStop};
-use csi_nodekit::{BoxError, UsageError, demo, logging, node_server, probe, registrar};
+use csi_nodekit::{BoxError, UsageError, demo, logging, node_server, probe, registrar, rlimit};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
@@ -33,8 +33,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Parses a mode's flags, handles `--help` and `--version`, sets up logging and hands the
-/// arguments to the mode's entry (`<mode>::main`: settings, then run).
+/// Parses a mode's flags, handles `--help` and `--version`, sets up logging, raises the
+/// open-files limit and hands the arguments to the mode's entry (`<mode>::main`: settings, then
+/// run).
 fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
     program: &str,
     args: &[String],
@@ -57,6 +58,7 @@ fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
     }
     let (verbosity, format) = args.logging();
     logging::init(verbosity, format);
+    rlimit::raise_open_files();
     match entry(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<UsageError>() => {

@@ -13,6 +13,7 @@ mod demo;
 mod dispatch;
 mod end_to_end;
 mod grpc_any_authority;
+mod http_flood;
 mod logging;
 mod loop_device_safety;
 mod loop_devices;

@@ -1,0 +1,171 @@
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::super::{Reply, bind, get, serve_with};
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(2);
+
+/// A server with `limits` whose `/slow` waits for `gate` and `/sleep` for 300 ms.
+async fn server(
+    limits: Limits,
+    gate: Arc<Notify>,
+) -> (String, Trigger, tokio::task::JoinHandle<()>) {
+    let listener = bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (trigger, shutdown) = Shutdown::manual();
+    let handler = move |path: String| {
+        let gate = gate.clone();
+        async move {
+            match path.as_str() {
+                "/slow" => gate.notified().await,
+                "/sleep" => tokio::time::sleep(Duration::from_millis(300)).await,
+                _ => {}
+            }
+            Reply::text(200, "ok")
+        }
+    };
+    let task = tokio::spawn(serve_with(listener, handler, shutdown, limits));
+    (address, trigger, task)
+}
+
+fn limits(max_connections: usize, timeout: Duration) -> Limits {
+    Limits {
+        max_connections,
+        header_timeout: timeout,
+        ..Limits::default()
+    }
+}
+
+/// Whether the server closed `stream` within `limit`.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(limit, stream.read(&mut byte)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test]
+async fn at_the_cap_the_connection_idle_the_longest_is_shed_for_a_newcomer() {
+    let (address, trigger, _) = server(limits(4, Duration::from_secs(30)), Arc::default()).await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(&address).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(&address, "/healthz", WAIT).await.unwrap().0, 200);
+    assert!(
+        closed_within(&mut idle[0], WAIT).await,
+        "the oldest idle one was shed"
+    );
+    assert!(
+        !closed_within(&mut idle[3], Duration::from_millis(200)).await,
+        "the newest idle one stays"
+    );
+    trigger.fire();
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout_even_when_kept_alive() {
+    let timeout = Duration::from_millis(200);
+    let (address, trigger, _) = server(limits(4, timeout), Arc::default()).await;
+    let mut silent = TcpStream::connect(&address).await.unwrap();
+    let started = Instant::now();
+    assert!(closed_within(&mut silent, WAIT).await);
+    assert!(started.elapsed() >= timeout - Duration::from_millis(50));
+    // A head sent byte by byte gets no more time than one sent at once.
+    let mut slow = TcpStream::connect(&address).await.unwrap();
+    let started = Instant::now();
+    for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\n" {
+        if slow.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(closed_within(&mut slow, WAIT).await);
+    assert!(started.elapsed() < timeout + Duration::from_millis(900));
+    // A kept-alive connection gets the same time for its next request.
+    let mut kept = TcpStream::connect(&address).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    while !reply.ends_with(b"\r\n\r\nok") {
+        let mut chunk = [0u8; 256];
+        let n = kept.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before the reply");
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    assert!(reply.starts_with(b"HTTP/1.1 200"));
+    let started = Instant::now();
+    assert!(
+        closed_within(&mut kept, WAIT).await,
+        "an idle kept-alive connection is closed"
+    );
+    assert!(started.elapsed() >= timeout - Duration::from_millis(50));
+    trigger.fire();
+}
+
+#[tokio::test]
+async fn a_connection_with_a_request_in_progress_is_never_shed() {
+    let gate = Arc::new(Notify::new());
+    let (address, trigger, _) = server(limits(2, Duration::from_secs(30)), gate.clone()).await;
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let address = address.clone();
+            tokio::spawn(async move { get(&address, "/slow", WAIT * 5).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = {
+        let address = address.clone();
+        tokio::spawn(async move { get(&address, "/healthz", WAIT * 5).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "admitted by shedding a busy connection"
+    );
+    gate.notify_waiters();
+    for call in slow {
+        assert_eq!(
+            call.await.unwrap().unwrap().0,
+            200,
+            "the slow requests were answered"
+        );
+    }
+    assert_eq!(waiting.await.unwrap().unwrap().0, 200);
+    trigger.fire();
+}
+
+#[tokio::test]
+async fn requests_in_progress_are_answered_when_shutdown_begins() {
+    let (address, trigger, task) = server(Limits::default(), Arc::default()).await;
+    let call = tokio::spawn(async move { get(&address, "/sleep", WAIT).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    trigger.fire();
+    assert_eq!(call.await.unwrap().unwrap(), (200, "ok".to_owned()));
+    tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_request_head_over_the_limit_is_refused_with_431() {
+    let (address, trigger, _) = server(Limits::default(), Arc::default()).await;
+    let mut stream = TcpStream::connect(&address).await.unwrap();
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let _ = stream.write_all(big.as_bytes()).await;
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut reply)).await;
+    assert!(
+        reply.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    trigger.fire();
+}

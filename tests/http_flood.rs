@@ -1,0 +1,154 @@
+//! The health ports under a slowloris flood, for the real registrar and `probe serve`: with 500
+//! idle TCP connections held open, `/healthz` still answers 200 at once, again and again; the
+//! idle connections are shed; memory stays flat; the process may open as many files as its
+//! hard limit allows.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::fake_driver::FakeDriver;
+
+const IDLE: usize = 500;
+const PROBES: usize = 20;
+/// The server tracks at most this many connections (`http::Limits::default`).
+const TRACKED: usize = 64;
+
+/// One kubelet-style probe: a new connection, `Connection: close`, the status code.
+fn probe(address: &str) -> u16 {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let request = "GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: kube-probe/1.33\r\n\
+                   Connection: close\r\n\r\n";
+    stream.write_all(request.as_bytes()).expect("send probe");
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    let status = String::from_utf8_lossy(&reply);
+    status
+        .get(9..12)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer within 2 s: {status:?}"))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Whether the server has closed `stream` (it is readable at end of file).
+fn closed(stream: &mut TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    !matches!(stream.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Floods `address` twice and checks the probes, the shedding and the memory of `pid`.
+fn survives_a_flood(name: &str, address: &str, pid: u32) {
+    assert!(
+        common::wait_until_blocking(Duration::from_secs(10), || {
+            TcpStream::connect(address).is_ok() && probe(address) == 200
+        }),
+        "{name}: /healthz never answered 200"
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        files[3], files[4],
+        "{name}: soft open-files limit raised to the hard one"
+    );
+    let before = rss_kib(pid);
+    let mut after = Vec::new();
+    for round in 0..2 {
+        let mut idle: Vec<TcpStream> = (0..IDLE)
+            .map(|_| TcpStream::connect(address).expect("open an idle connection"))
+            .collect();
+        let mut latencies: Vec<Duration> = (0..PROBES)
+            .map(|_| {
+                let started = Instant::now();
+                assert_eq!(probe(address), 200, "{name}: /healthz under the flood");
+                started.elapsed()
+            })
+            .collect();
+        let shed = idle.iter_mut().map(closed).filter(|c| *c).count();
+        latencies.sort();
+        let (p50, max) = (latencies[PROBES / 2], latencies[PROBES - 1]);
+        println!(
+            "{name} round {round}: /healthz with {IDLE} idle connections held: p50 {p50:?}, \
+             max {max:?}; {shed} idle ones shed; RSS {} KiB",
+            rss_kib(pid)
+        );
+        assert!(
+            shed >= IDLE - TRACKED,
+            "{name}: only {shed} of {IDLE} idle connections were shed"
+        );
+        // The acceptance bound is 100 ms; the median is asserted (a loaded 2-core CI machine
+        // may stall one probe), and every probe answered within 2 s above.
+        assert!(p50 < Duration::from_millis(100), "{name}: median {p50:?}");
+        drop(idle);
+        after.push(rss_kib(pid));
+    }
+    println!("{name}: RSS {before} KiB before, {after:?} KiB after each flood");
+    assert!(
+        after[0] < before + 4096,
+        "{name}: a flood grew RSS from {before} to {} KiB",
+        after[0]
+    );
+    assert!(
+        after[1] < after[0] + 512,
+        "{name}: a second flood grew RSS from {} to {} KiB: not flat",
+        after[0],
+        after[1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_serve_answers_healthz_at_once_while_500_idle_connections_are_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = FakeDriver::start(&dir.path().join("csi.sock"), "flood.csi.example.io");
+    let address = common::free_local_address();
+    let child = common::spawn(
+        &mut Command::new(common::binary())
+            .args(["probe", "serve"])
+            .arg(format!("--csi-address={}", driver.socket.display()))
+            .arg(format!("--http-endpoint={address}")),
+        "probe serve",
+    );
+    let pid = child.0.id();
+    tokio::task::spawn_blocking(move || survives_a_flood("probe serve", &address, pid))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registrar_answers_healthz_at_once_while_500_idle_connections_are_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = FakeDriver::start(&dir.path().join("csi.sock"), "flood.csi.example.io");
+    let address = common::free_local_address();
+    let child = common::spawn(
+        &mut Command::new(common::binary())
+            .arg("registrar")
+            .arg(format!("--csi-address={}", driver.socket.display()))
+            .arg("--kubelet-registration-path=/var/lib/kubelet/plugins/flood/csi.sock")
+            .arg(format!(
+                "--plugin-registration-path={}",
+                dir.path().join("registry").display()
+            ))
+            .arg(format!("--http-endpoint={address}")),
+        "registrar",
+    );
+    let pid = child.0.id();
+    tokio::task::spawn_blocking(move || survives_a_flood("registrar", &address, pid))
+        .await
+        .unwrap();
+}
