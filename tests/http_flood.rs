@@ -41,6 +41,17 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// The binary with `args`, started with a soft open-files limit of 1024 (the traditional
+/// default) under a higher hard one, as on many nodes.
+fn with_low_soft_limit(args: &[String]) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "ulimit -Sn 1024 && exec \"$0\" \"$@\""])
+        .arg(common::binary())
+        .args(args);
+    command
+}
+
 /// Whether the server has closed `stream` (it is readable at end of file).
 fn closed(stream: &mut TcpStream) -> bool {
     stream.set_nonblocking(true).unwrap();
@@ -117,13 +128,13 @@ async fn probe_serve_answers_healthz_at_once_while_500_idle_connections_are_held
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&dir.path().join("csi.sock"), "flood.csi.example.io");
     let address = common::free_local_address();
-    let child = common::spawn(
-        &mut Command::new(common::binary())
-            .args(["probe", "serve"])
-            .arg(format!("--csi-address={}", driver.socket.display()))
-            .arg(format!("--http-endpoint={address}")),
-        "probe serve",
-    );
+    let args = [
+        "probe".to_owned(),
+        "serve".to_owned(),
+        format!("--csi-address={}", driver.socket.display()),
+        format!("--http-endpoint={address}"),
+    ];
+    let child = common::spawn(&mut with_low_soft_limit(&args), "probe serve");
     let pid = child.0.id();
     tokio::task::spawn_blocking(move || survives_a_flood("probe serve", &address, pid))
         .await
@@ -135,18 +146,17 @@ async fn the_registrar_answers_healthz_at_once_while_500_idle_connections_are_he
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&dir.path().join("csi.sock"), "flood.csi.example.io");
     let address = common::free_local_address();
-    let child = common::spawn(
-        &mut Command::new(common::binary())
-            .arg("registrar")
-            .arg(format!("--csi-address={}", driver.socket.display()))
-            .arg("--kubelet-registration-path=/var/lib/kubelet/plugins/flood/csi.sock")
-            .arg(format!(
-                "--plugin-registration-path={}",
-                dir.path().join("registry").display()
-            ))
-            .arg(format!("--http-endpoint={address}")),
-        "registrar",
-    );
+    let args = [
+        "registrar".to_owned(),
+        format!("--csi-address={}", driver.socket.display()),
+        "--kubelet-registration-path=/var/lib/kubelet/plugins/flood/csi.sock".to_owned(),
+        format!(
+            "--plugin-registration-path={}",
+            dir.path().join("registry").display()
+        ),
+        format!("--http-endpoint={address}"),
+    ];
+    let child = common::spawn(&mut with_low_soft_limit(&args), "registrar");
     let pid = child.0.id();
     tokio::task::spawn_blocking(move || survives_a_flood("registrar", &address, pid))
         .await
