@@ -34,6 +34,7 @@ mod probe_doctor_root;
 mod probe_kubelet;
 mod probe_kubelet_cli;
 mod probe_kubelet_watch;
+mod probe_serve_follows_driver;
 mod proto_paths;
 mod quota_vm;
 mod registrar;

@@ -3,8 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::metrics::Metrics;
-use crate::proto::csi::{ProbeRequest, identity_client::IdentityClient};
+use crate::proto::csi::{ProbeRequest, ProbeResponse, identity_client::IdentityClient};
 
 pub const PROBE: &str = "/csi.v1.Identity/Probe";
 
@@ -39,13 +38,20 @@ pub async fn connect(
     }
 }
 
-/// Calls Probe on `channel` within `timeout`, recording the call in `metrics` if given.
+/// Calls Probe on `channel` within `timeout` and reads the reply (see [`call`], [`verdict`]).
 pub async fn probe(
     channel: tonic::transport::Channel,
     timeout: Duration,
-    driver: &str,
-    metrics: Option<&Metrics>,
 ) -> Result<(), ProbeError> {
+    verdict(call(channel, timeout).await.0)
+}
+
+/// Calls Probe on `channel` within `timeout`: the reply (DEADLINE_EXCEEDED when the time ran
+/// out) and how long it took.
+pub async fn call(
+    channel: tonic::transport::Channel,
+    timeout: Duration,
+) -> (Result<ProbeResponse, tonic::Status>, Duration) {
     let started = Instant::now();
     // The deadline is enforced here, not sent as grpc-timeout: tonic reports its own expiry
     // as CANCELLED, and the code must read DEADLINE_EXCEEDED as Go clients report it.
@@ -56,16 +62,22 @@ pub async fn probe(
             Err(tonic::Status::deadline_exceeded(format!(
                 "no answer within {timeout:?}"
             )))
-        });
-    if let Some(metrics) = metrics {
-        let code = reply
-            .as_ref()
-            .map(|_| tonic::Code::Ok)
-            .unwrap_or_else(|s| s.code());
-        metrics.observe(driver, PROBE, code, started.elapsed());
-    }
+        })
+        .map(tonic::Response::into_inner);
+    (reply, started.elapsed())
+}
+
+/// The gRPC code of a reply, for metrics.
+pub fn code<T>(reply: &Result<T, tonic::Status>) -> tonic::Code {
+    reply
+        .as_ref()
+        .map_or_else(|s| s.code(), |_| tonic::Code::Ok)
+}
+
+/// A Probe reply read as upstream reads it.
+pub fn verdict(reply: Result<ProbeResponse, tonic::Status>) -> Result<(), ProbeError> {
     match reply {
-        Ok(reply) if reply.get_ref().ready == Some(false) => Err(ProbeError::NotReady),
+        Ok(reply) if reply.ready == Some(false) => Err(ProbeError::NotReady),
         Ok(_) => Ok(()),
         Err(status) => Err(ProbeError::Call(status)),
     }

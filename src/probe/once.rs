@@ -51,7 +51,7 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let channel = check::connect(&address, deadline, timeout).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        check::probe(channel, left, "", None).await?;
+        check::probe(channel, left).await?;
         log::debug!("driver at {} is ready", address.display());
         Ok(())
     })

@@ -1,10 +1,10 @@
 //! `probe serve`: a drop-in livenessprobe. It listens at once (answering 500 while the driver
-//! is absent instead of refusing connections), keeps one connection to the driver, lets
-//! simultaneous probes share one in-flight Probe call, and never exits because the driver is
-//! down.
+//! is absent instead of refusing connections), keeps one connection to the driver while the
+//! driver's socket stays the same and no call times out, lets simultaneous probes share one
+//! in-flight Probe call, never exits because the driver is down, and answers the probes in
+//! progress before it exits on SIGTERM.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
@@ -47,15 +47,20 @@ crate::mode_args! {
 
 type Outcome = Option<Result<(), Arc<ProbeError>>>;
 
+/// The one driver connection, and which socket file it was dialled to.
+struct Dialled {
+    channel: tonic::transport::Channel,
+    socket: Option<socket::Identity>,
+}
+
 /// The driver connection and the probe in flight, shared by every HTTP request.
 pub struct Prober {
     address: std::path::PathBuf,
     timeout: Duration,
     metrics: Arc<Metrics>,
-    channel: Mutex<Option<tonic::transport::Channel>>,
+    channel: Mutex<Option<Dialled>>,
+    /// The driver's name, for the metrics label; empty until it has told us.
     driver: std::sync::Mutex<String>,
-    /// A GetPluginInfo for the name is under way.
-    learning: AtomicBool,
     in_flight: std::sync::Mutex<Option<watch::Receiver<Outcome>>>,
 }
 
@@ -67,59 +72,92 @@ impl Prober {
             metrics,
             channel: Mutex::new(None),
             driver: std::sync::Mutex::new(String::new()),
-            learning: AtomicBool::new(false),
             in_flight: std::sync::Mutex::new(None),
         })
     }
 
-    /// The one connection, dialled on first use (tonic re-dials it after failures).
-    async fn channel(&self, deadline: Instant) -> Result<tonic::transport::Channel, ProbeError> {
+    /// The connection to use, and whether it is new: the one we have while the address still
+    /// holds the socket it was dialled to, else a new one. A restarted driver binds a new
+    /// socket file while its hung predecessor may hold the old connection open for ever, so
+    /// the driver is followed by its socket's identity, as the registrar does.
+    async fn channel(
+        &self,
+        deadline: Instant,
+    ) -> Result<(tonic::transport::Channel, bool), ProbeError> {
         let mut slot = self.channel.lock().await;
-        if let Some(channel) = slot.as_ref() {
-            return Ok(channel.clone());
+        let socket = socket::identity_of(&self.address);
+        if let Some(dialled) = slot.as_ref()
+            && dialled.socket == socket
+        {
+            return Ok((dialled.channel.clone(), false));
+        }
+        if slot.take().is_some() {
+            log::info!(
+                "driver socket {} changed; connecting again",
+                self.address.display()
+            );
         }
         let channel = check::connect(&self.address, deadline, self.timeout).await?;
-        *slot = Some(channel.clone());
-        Ok(channel)
+        *slot = Some(Dialled {
+            channel: channel.clone(),
+            socket,
+        });
+        Ok((channel, true))
     }
 
-    /// Learns the driver's name for the metrics label (upstream asks once at start) in the
-    /// background, so that no probe waits for it, and asks again while it is unknown.
-    fn learn_driver_name(self: &Arc<Self>, channel: tonic::transport::Channel) {
-        let known = !self
-            .driver
+    fn driver_name(&self) -> String {
+        self.driver
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .is_empty();
-        if known || self.learning.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let prober = self.clone();
-        tokio::spawn(async move {
-            let mut client = crate::proto::csi::identity_client::IdentityClient::new(channel);
-            let request = crate::proto::csi::GetPluginInfoRequest {};
-            let asked = tokio::time::timeout(prober.timeout, client.get_plugin_info(request));
-            if let Ok(Ok(info)) = asked.await {
-                let name = info.into_inner().name;
-                log::info!("probing CSI driver {name} at {}", prober.address.display());
-                *prober.driver.lock().unwrap_or_else(|p| p.into_inner()) = name;
-            }
-            prober.learning.store(false, Ordering::SeqCst);
-        });
+            .clone()
     }
 
-    /// One probe under one deadline for connecting and calling Probe, as upstream.
+    /// Asks the driver its name (upstream asks once at start; we ask on every new connection,
+    /// since a re-created socket may be another driver).
+    async fn learn_name(&self, channel: tonic::transport::Channel, timeout: Duration) {
+        let mut client = crate::proto::csi::identity_client::IdentityClient::new(channel);
+        let request = crate::proto::csi::GetPluginInfoRequest {};
+        let Ok(Ok(info)) = tokio::time::timeout(timeout, client.get_plugin_info(request)).await
+        else {
+            return;
+        };
+        let name = info.into_inner().name;
+        let mut known = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        if !name.is_empty() && *known != name {
+            log::info!("probing CSI driver {name} at {}", self.address.display());
+            *known = name;
+        }
+    }
+
+    /// One probe under one deadline for connecting and calling Probe, as upstream. On a new
+    /// connection the name is asked beside the Probe, and the Probe is recorded once both are
+    /// done, so that no series without the driver's name appears. A call that timed out drops
+    /// the connection: a wedged one is not waited on again.
     async fn probe_now(self: &Arc<Self>) -> Result<(), ProbeError> {
         let deadline = Instant::now() + self.timeout;
-        let channel = self.channel(deadline).await?;
-        self.learn_driver_name(channel.clone());
-        let driver = self
-            .driver
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let (channel, fresh) = self.channel(deadline).await?;
         let left = deadline.saturating_duration_since(Instant::now());
-        check::probe(channel, left, &driver, Some(&self.metrics)).await
+        let for_name = channel.clone();
+        let ask = async {
+            if fresh || self.driver_name().is_empty() {
+                self.learn_name(for_name, left).await;
+            }
+        };
+        let ((), (reply, took)) = tokio::join!(ask, check::call(channel, left));
+        let driver = self.driver_name();
+        if driver.is_empty() {
+            log::debug!("Probe not recorded in the metrics: the driver has not told its name");
+        } else {
+            self.metrics
+                .observe(&driver, check::PROBE, check::code(&reply), took);
+        }
+        if reply
+            .as_ref()
+            .is_err_and(|s| s.code() == tonic::Code::DeadlineExceeded)
+        {
+            *self.channel.lock().await = None;
+        }
+        check::verdict(reply)
     }
 
     /// Probes the driver; callers arriving while a probe runs share its result.
@@ -232,7 +270,7 @@ pub async fn serve(
         settings.probe_timeout,
         Arc::new(Metrics::new()),
     );
-    if let Some(listener) = metrics_listener {
+    let metrics_server = metrics_listener.map(|listener| {
         let (prober, path) = (prober.clone(), metrics_path.clone());
         let only_metrics = move |requested: String| {
             let (prober, path) = (prober.clone(), path.clone());
@@ -244,8 +282,12 @@ pub async fn serve(
                 }
             }
         };
-        tokio::spawn(crate::http::serve(listener, only_metrics, shutdown.clone()));
-    }
+        tokio::spawn(crate::http::serve(listener, only_metrics, shutdown.clone()))
+    });
     let handler = move |path: String| answer(prober.clone(), metrics_path.clone(), path);
+    // Each server answers the requests in progress before it returns.
     crate::http::serve(listener, handler, shutdown).await;
+    if let Some(task) = metrics_server {
+        let _ = task.await;
+    }
 }

@@ -94,6 +94,32 @@ pub fn spawn_node_server(socket: &Path, state_dir: &Path, extra: &[&str]) -> Kil
     )
 }
 
+/// One GET of `path` on `address` (within 10 s): the status and the body.
+pub async fn http_get(address: &str, path: &str) -> (u16, String) {
+    csi_nodekit::http::get(address, path, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} on {address}: {e}"))
+}
+
+/// Starts `livenessprobe` (through a symlink, as the upstream image's entry point) on a free
+/// port, once it listens.
+pub async fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (KillOnDrop, String) {
+    let address = free_local_address();
+    let child = spawn(
+        Command::new(symlink_as(dir, "livenessprobe"))
+            .arg(format!("--csi-address={}", csi.display()))
+            .arg(format!("--http-endpoint={address}"))
+            .args(extra),
+        "livenessprobe",
+    );
+    let up = wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(&address).is_ok()
+    })
+    .await;
+    assert!(up, "livenessprobe never listened");
+    (child, address)
+}
+
 /// Starts a process of the binary (or anything else) for a test: no stdin, its stderr (its
 /// logs) captured for the test, see [`KillOnDrop`].
 pub fn spawn(command: &mut Command, what: &str) -> KillOnDrop {

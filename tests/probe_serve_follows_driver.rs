@@ -1,0 +1,107 @@
+//! `probe serve` follows the driver, not a dead connection: a driver re-created at the same
+//! path while a hung predecessor still holds the old connection, and a connection that wedged
+//! while the socket stayed the same, are both left behind within a probe timeout or two. Probes
+//! in progress are answered on SIGTERM. (That the first Probe is recorded under the driver's
+//! name is checked with the metrics, in `probe`.)
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::fake_driver::FakeDriver;
+use common::start_livenessprobe;
+
+const DRIVER: &str = "follow.csi.example.io";
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn healthz(address: &str) -> (u16, String) {
+    common::http_get(address, "/healthz").await
+}
+
+/// A driver that accepts connections and never answers, holding them open, at `path`. With
+/// `forward_to`, only the first connection hangs and later ones reach that socket: a driver
+/// that wedged one connection while its socket stayed the same.
+fn hung_driver(path: &Path, forward_to: Option<PathBuf>) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(path).expect("bind the hung driver");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut stream, _)) = listener.accept().await {
+            match &forward_to {
+                Some(real) if !held.is_empty() => {
+                    let mut upstream = tokio::net::UnixStream::connect(real).await.unwrap();
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream).await;
+                    });
+                }
+                _ => held.push(stream),
+            }
+        }
+    })
+}
+
+/// Polls `/healthz` until 200; how long that took.
+async fn time_to_200(address: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (code, body) = healthz(address).await;
+        if code == 200 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still {code} {body:?} after 10 s"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_a_driver_re_created_at_its_path_while_a_hung_one_holds_the_old_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let csi = dir.path().join("csi.sock");
+    let hung = hung_driver(&csi, None);
+    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]).await;
+    let (code, body) = healthz(&address).await;
+    assert_eq!(code, 500);
+    assert!(body.contains("DeadlineExceeded"), "{body}");
+    // The hung driver keeps its listener and the old connection; a healthy one takes the path.
+    std::fs::remove_file(&csi).unwrap();
+    let _driver = FakeDriver::start(&csi, DRIVER);
+    let took = time_to_200(&address).await;
+    println!("/healthz was 200 {took:?} after the driver was re-created");
+    assert!(took <= 2 * TIMEOUT, "took {took:?}");
+    hung.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_dials_again_after_a_probe_timed_out_on_a_wedged_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = FakeDriver::start(&dir.path().join("real.sock"), DRIVER);
+    let csi = dir.path().join("csi.sock");
+    let wedging = hung_driver(&csi, Some(real.socket.clone()));
+    let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]).await;
+    let (code, body) = healthz(&address).await;
+    assert!(
+        code == 500 && body.contains("DeadlineExceeded"),
+        "{code} {body}"
+    );
+    let took = time_to_200(&address).await;
+    println!("/healthz was 200 {took:?} after the first probe timed out");
+    assert!(took <= 2 * TIMEOUT, "took {took:?}");
+    wedging.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthz_in_progress_is_answered_when_sigterm_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = FakeDriver::start(&dir.path().join("csi.sock"), DRIVER);
+    let (mut probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]).await;
+    assert_eq!(healthz(&address).await.0, 200);
+    *driver.behaviour.probe_delay.lock().unwrap() = Duration::from_millis(1500);
+    let in_progress = tokio::spawn(async move { healthz(&address).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::send_signal(&probe.0, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(in_progress.await.unwrap(), (200, "ok".to_owned()));
+    let status = common::wait_exit(&mut probe.0, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0));
+}
