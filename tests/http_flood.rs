@@ -7,6 +7,7 @@ use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -123,42 +124,44 @@ fn survives_a_flood(name: &str, address: &str, pid: u32) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_serve_answers_healthz_at_once_while_500_idle_connections_are_held() {
+/// Starts the binary with the arguments `args` makes from a fake driver's socket and a free
+/// HTTP address, then floods it.
+async fn flood(name: &'static str, args: impl FnOnce(&Path, &str) -> Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let driver = FakeDriver::start(&dir.path().join("csi.sock"), "flood.csi.example.io");
     let address = common::free_local_address();
-    let args = [
-        "probe".to_owned(),
-        "serve".to_owned(),
-        format!("--csi-address={}", driver.socket.display()),
-        format!("--http-endpoint={address}"),
-    ];
-    let child = common::spawn(&mut with_low_soft_limit(&args), "probe serve");
+    let args = args(&driver.socket, &address);
+    let child = common::spawn(&mut with_low_soft_limit(&args), name);
     let pid = child.0.id();
-    tokio::task::spawn_blocking(move || survives_a_flood("probe serve", &address, pid))
+    tokio::task::spawn_blocking(move || survives_a_flood(name, &address, pid))
         .await
         .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_serve_answers_healthz_at_once_while_500_idle_connections_are_held() {
+    flood("probe serve", |csi, address| {
+        vec![
+            "probe".to_owned(),
+            "serve".to_owned(),
+            format!("--csi-address={}", csi.display()),
+            format!("--http-endpoint={address}"),
+        ]
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_registrar_answers_healthz_at_once_while_500_idle_connections_are_held() {
-    let dir = tempfile::tempdir().unwrap();
-    let driver = FakeDriver::start(&dir.path().join("csi.sock"), "flood.csi.example.io");
-    let address = common::free_local_address();
-    let args = [
-        "registrar".to_owned(),
-        format!("--csi-address={}", driver.socket.display()),
-        "--kubelet-registration-path=/var/lib/kubelet/plugins/flood/csi.sock".to_owned(),
-        format!(
-            "--plugin-registration-path={}",
-            dir.path().join("registry").display()
-        ),
-        format!("--http-endpoint={address}"),
-    ];
-    let child = common::spawn(&mut with_low_soft_limit(&args), "registrar");
-    let pid = child.0.id();
-    tokio::task::spawn_blocking(move || survives_a_flood("registrar", &address, pid))
-        .await
-        .unwrap();
+    flood("registrar", |csi, address| {
+        let registry = csi.with_file_name("registry");
+        vec![
+            "registrar".to_owned(),
+            format!("--csi-address={}", csi.display()),
+            "--kubelet-registration-path=/var/lib/kubelet/plugins/flood/csi.sock".to_owned(),
+            format!("--plugin-registration-path={}", registry.display()),
+            format!("--http-endpoint={address}"),
+        ]
+    })
+    .await;
 }

@@ -22,15 +22,30 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const FRAME_HEADER: usize = 9;
-const HEADERS: u8 = 0x1;
-const PUSH_PROMISE: u8 = 0x5;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
+/// HTTP/2 framing (RFC 9113 §4, §6): the client preface, frame types and flags.
+pub mod frame {
+    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    pub const HEADER_LEN: usize = 9;
+    pub const DATA: u8 = 0x0;
+    pub const HEADERS: u8 = 0x1;
+    pub const RST_STREAM: u8 = 0x3;
+    pub const SETTINGS: u8 = 0x4;
+    pub const PUSH_PROMISE: u8 = 0x5;
+    pub const PING: u8 = 0x6;
+    pub const GOAWAY: u8 = 0x7;
+    pub const CONTINUATION: u8 = 0x9;
+    pub const END_STREAM: u8 = 0x1;
+    /// On SETTINGS and PING.
+    pub const ACK: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    pub const PADDED: u8 = 0x8;
+    pub const PRIORITY: u8 = 0x20;
+}
+
+use frame::{
+    CONTINUATION, END_HEADERS, END_STREAM, HEADER_LEN as FRAME_HEADER, HEADERS, PADDED, PREFACE,
+    PRIORITY, PUSH_PROMISE,
+};
 /// The frame size every HTTP/2 peer must accept (the least SETTINGS_MAX_FRAME_SIZE).
 const MAX_FRAME: usize = 16_384;
 /// The largest header block held, on the wire and decoded; gRPC metadata is far smaller.

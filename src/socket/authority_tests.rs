@@ -1,14 +1,13 @@
 use super::*;
+use frame::{DATA, SETTINGS};
 use loona_hpack::{Decoder, Encoder};
 use proptest::prelude::*;
 
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
-const SETTINGS: u8 = 0x4;
-const DATA: u8 = 0x0;
 const PATH: &str = "/var/lib/kubelet/plugins_registry/x.csi-reg.sock";
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+fn frame_bytes(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     push_frame_header(&mut out, payload.len(), kind, flags, stream);
     out.extend_from_slice(payload);
@@ -41,7 +40,7 @@ struct Client {
 impl Client {
     fn new() -> Self {
         let mut bytes = PREFACE.to_vec();
-        bytes.extend(frame(SETTINGS, 0, 0, &[]));
+        bytes.extend(frame_bytes(SETTINGS, 0, 0, &[]));
         Self {
             encoder: Encoder::new(),
             bytes,
@@ -60,9 +59,13 @@ impl Client {
         let stream = self.stream;
         self.stream += 2;
         self.bytes
-            .extend(frame(HEADERS, END_HEADERS, stream, &block));
-        self.bytes
-            .extend(frame(DATA, END_STREAM, stream, b"\0\0\0\0\x02\x08\x01"));
+            .extend(frame_bytes(HEADERS, END_HEADERS, stream, &block));
+        self.bytes.extend(frame_bytes(
+            DATA,
+            END_STREAM,
+            stream,
+            b"\0\0\0\0\x02\x08\x01",
+        ));
         self
     }
 }
@@ -124,7 +127,9 @@ fn a_connection_with_valid_authorities_passes_byte_for_byte() {
         .call(&request("localhost", "/csi.v1.Identity/Probe"))
         .call(&request("localhost", "/csi.v1.Identity/Probe"))
         .call(&request("[::1]:50051", "/csi.v1.Node/NodeGetInfo"));
-    client.bytes.extend(frame(0x8, 0, 0, &[0, 0, 0x10, 0]));
+    client
+        .bytes
+        .extend(frame_bytes(0x8, 0, 0, &[0, 0, 0x10, 0]));
     for chunk in [1, 7, 9, 100, usize::MAX] {
         assert_eq!(rewrite(&client.bytes, chunk), client.bytes, "chunk {chunk}");
     }
@@ -163,8 +168,12 @@ fn padding_priority_and_continuations_are_understood() {
     payload.extend(a);
     payload.extend([0; 3]);
     let flags = PADDED | PRIORITY | END_STREAM;
-    client.bytes.extend(frame(HEADERS, flags, 3, &payload));
-    client.bytes.extend(frame(CONTINUATION, END_HEADERS, 3, b));
+    client
+        .bytes
+        .extend(frame_bytes(HEADERS, flags, 3, &payload));
+    client
+        .bytes
+        .extend(frame_bytes(CONTINUATION, END_HEADERS, 3, b));
     let out = rewrite(&client.bytes, 3);
     let (lists, _) = server_view(&out);
     assert_eq!(lists, [with_authority(&fields, "localhost")]);
@@ -192,7 +201,12 @@ fn what_is_not_http2_passes_untouched() {
 #[test]
 fn an_oversized_block_passes_through_without_being_held() {
     let mut input = PREFACE.to_vec();
-    input.extend(frame(HEADERS, END_HEADERS, 1, &vec![0x82; MAX_BLOCK + 1]));
+    input.extend(frame_bytes(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &vec![0x82; MAX_BLOCK + 1],
+    ));
     let mut rewriter = Rewriter::default();
     let mut out = Vec::new();
     rewriter.feed(&input[..PREFACE.len() + FRAME_HEADER + 10], &mut out);
@@ -204,13 +218,13 @@ fn an_oversized_block_passes_through_without_being_held() {
 #[test]
 fn an_undecodable_block_reaches_h2_as_it_came() {
     let mut input = Client::new().bytes;
-    input.extend(frame(
+    input.extend(frame_bytes(
         HEADERS,
         END_HEADERS,
         1,
         &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
     ));
-    input.extend(frame(DATA, END_STREAM, 1, b"rest"));
+    input.extend(frame_bytes(DATA, END_STREAM, 1, b"rest"));
     assert_eq!(rewrite(&input, 2), input);
 }
 
@@ -220,10 +234,10 @@ fn after_a_rewrite_an_undecodable_block_becomes_one_h2_must_reject() {
     client.call(&request(PATH, "/csi.v1.Identity/Probe"));
     client
         .bytes
-        .extend(frame(HEADERS, END_HEADERS, 3, &[0xbf, 0xff, 0xff]));
+        .extend(frame_bytes(HEADERS, END_HEADERS, 3, &[0xbf, 0xff, 0xff]));
     let out = rewrite(&client.bytes, 64);
     let tail = &out[out.len() - FRAME_HEADER - 1..];
-    assert_eq!(tail, frame(HEADERS, END_HEADERS, 3, &[0x80]));
+    assert_eq!(tail, frame_bytes(HEADERS, END_HEADERS, 3, &[0x80]));
     assert!(Decoder::new().decode(&[0x80]).is_err());
 }
 
@@ -231,8 +245,8 @@ fn after_a_rewrite_an_undecodable_block_becomes_one_h2_must_reject() {
 fn a_frame_between_headers_and_continuation_is_left_to_h2() {
     let mut client = Client::new();
     let block = client.block(&request("localhost", "/p"));
-    client.bytes.extend(frame(HEADERS, 0, 1, &block));
-    client.bytes.extend(frame(DATA, 0, 1, b"x"));
+    client.bytes.extend(frame_bytes(HEADERS, 0, 1, &block));
+    client.bytes.extend(frame_bytes(DATA, 0, 1, b"x"));
     assert_eq!(rewrite(&client.bytes, 1), client.bytes);
 }
 
@@ -254,7 +268,7 @@ proptest! {
     ) {
         let mut input = PREFACE.to_vec();
         for (kind, flags, stream, payload) in &frames {
-            input.extend(frame(*kind, *flags, *stream, payload));
+            input.extend(frame_bytes(*kind, *flags, *stream, payload));
         }
         let out = rewrite(&input, chunk);
         prop_assert!(out.len() <= 2 * input.len() + 64);

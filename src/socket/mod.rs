@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 mod authority;
 mod dial;
-pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, grpc_incoming};
+pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, frame, grpc_incoming};
 pub use dial::{DialError, connect, dial};
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.
