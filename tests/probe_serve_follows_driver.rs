@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::fake_driver::FakeDriver;
@@ -17,27 +16,6 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn healthz(address: &str) -> (u16, String) {
     common::http_get(address, "/healthz").await
-}
-
-/// A driver that accepts connections and never answers, holding them open, at `path`. With
-/// `forward_to`, only the first connection hangs and later ones reach that socket: a driver
-/// that wedged one connection while its socket stayed the same.
-fn hung_driver(path: &Path, forward_to: Option<PathBuf>) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::net::UnixListener::bind(path).expect("bind the hung driver");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((mut stream, _)) = listener.accept().await {
-            match &forward_to {
-                Some(real) if !held.is_empty() => {
-                    let mut upstream = tokio::net::UnixStream::connect(real).await.unwrap();
-                    tokio::spawn(async move {
-                        let _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream).await;
-                    });
-                }
-                _ => held.push(stream),
-            }
-        }
-    })
 }
 
 /// `/healthz` is 500 DeadlineExceeded now, and 200 again within two probe timeouts once
@@ -68,7 +46,7 @@ async fn healthy_again_within_two_timeouts(address: &str, change: impl FnOnce(),
 async fn healthz_follows_a_driver_re_created_at_its_path_while_a_hung_one_holds_the_old_socket() {
     let dir = tempfile::tempdir().unwrap();
     let csi = dir.path().join("csi.sock");
-    let hung = hung_driver(&csi, None);
+    let hung = common::hung_listener(&csi, None);
     let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]).await;
     // The hung driver keeps its listener and the old connection; a healthy one takes the path.
     let mut driver = None;
@@ -85,7 +63,7 @@ async fn healthz_dials_again_after_a_probe_timed_out_on_a_wedged_connection() {
     let dir = tempfile::tempdir().unwrap();
     let real = FakeDriver::start(&dir.path().join("real.sock"), DRIVER);
     let csi = dir.path().join("csi.sock");
-    let wedging = hung_driver(&csi, Some(real.socket.clone()));
+    let wedging = common::hung_listener(&csi, Some(real.socket.clone()));
     let (_probe, address) = start_livenessprobe(dir.path(), &csi, &["--probe-timeout=1s"]).await;
     healthy_again_within_two_timeouts(&address, || {}, "the first probe timed out").await;
     wedging.abort();

@@ -335,6 +335,51 @@ async fn the_process_removes_the_registration_socket_on_sigterm_and_exits_0() {
     assert!(!setup.reg_socket().exists());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthz_self_check_in_progress_at_sigterm_is_answered_before_the_exit() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let http_addr = common::free_local_address();
+    let mut registrar = common::spawn(
+        setup
+            .registrar_command()
+            .arg("--timeout=2s")
+            .arg(format!("--http-endpoint={http_addr}")),
+        "registrar",
+    );
+    // A registration socket that accepts and never answers takes the place of the registrar's,
+    // so the self-check waits its whole --timeout. The registrar notices the swap within half
+    // a second and answers without a self-check from then on; a /healthz that came too late
+    // for the swap is tried again once the registrar has its own socket back.
+    let hung_path = setup.registry.with_file_name("hung.sock");
+    let mut attempts = 0;
+    let (in_progress, _hung) = loop {
+        attempts += 1;
+        assert!(
+            wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
+            "no registration socket"
+        );
+        assert_eq!(http_until(&http_addr, "/healthz", 200).await.0, 200);
+        let hung = common::hung_listener(&hung_path, None);
+        std::fs::rename(&hung_path, setup.reg_socket()).unwrap();
+        let address = http_addr.clone();
+        let request = tokio::spawn(async move { http(&address, "/healthz").await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if !request.is_finished() {
+            break (request, hung);
+        }
+        assert!(attempts < 5, "the swap was noticed first {attempts} times");
+        hung.abort();
+        std::fs::remove_file(setup.reg_socket()).unwrap();
+    };
+    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
+    let (code, body) = in_progress.await.expect("the /healthz in progress");
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("no answer within 2s"), "{body}");
+    let status = common::wait_exit(&mut registrar.0, WAIT);
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn the_probe_mode_exits_0_at_once_as_upstream() {
     let status = Command::new(common::binary())

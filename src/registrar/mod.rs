@@ -154,7 +154,9 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
 
 /// Serves `/healthz`, `/readyz` and `/metrics` on `http` (if given) and keeps the driver
 /// registered until `shutdown`. The registration socket is not passed in: the registrar
-/// creates it, and creates it again whenever the kubelet must register anew.
+/// creates it, and creates it again whenever the kubelet must register anew. Returns once the
+/// HTTP requests in progress at shutdown are answered too (a `/healthz` self-check takes up to
+/// `--timeout`), within the grace period.
 pub async fn serve(
     http: Option<tokio::net::TcpListener>,
     settings: Settings,
@@ -164,7 +166,7 @@ pub async fn serve(
     let tracker = Tracker::new(&mut metrics);
     let metrics = Arc::new(metrics);
     let settings = Arc::new(settings);
-    if let Some(listener) = http {
+    let http_server = http.map(|listener| {
         let handler = health::Handler {
             settings: settings.clone(),
             tracker: tracker.clone(),
@@ -174,10 +176,17 @@ pub async fn serve(
             listener,
             move |path| handler.clone().answer(path),
             shutdown.clone(),
-        ));
-    }
-    supervise::Supervisor::new(settings, tracker, metrics, shutdown)
+        ))
+    });
+    let supervised = supervise::Supervisor::new(settings, tracker, metrics, shutdown)
         .run()
-        .await
-        .map_err(Into::into)
+        .await;
+    if let Some(task) = http_server {
+        if supervised.is_err() {
+            // Giving up is no shutdown: the HTTP server is told to stop here.
+            task.abort();
+        }
+        let _ = task.await;
+    }
+    supervised.map_err(Into::into)
 }

@@ -120,6 +120,28 @@ pub async fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (Kil
     (child, address)
 }
 
+/// A server that accepts connections on `path` and never answers, holding them open: a hung
+/// driver or registration socket. With `forward_to`, only the first connection hangs and later
+/// ones reach that socket: a driver that wedged one connection while its socket stayed the
+/// same.
+pub fn hung_listener(path: &Path, forward_to: Option<PathBuf>) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(path).expect("bind the hung listener");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut stream, _)) = listener.accept().await {
+            match &forward_to {
+                Some(real) if !held.is_empty() => {
+                    let mut upstream = tokio::net::UnixStream::connect(real).await.unwrap();
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream).await;
+                    });
+                }
+                _ => held.push(stream),
+            }
+        }
+    })
+}
+
 /// Starts a process of the binary (or anything else) for a test: no stdin, its stderr (its
 /// logs) captured for the test, see [`KillOnDrop`].
 pub fn spawn(command: &mut Command, what: &str) -> KillOnDrop {
