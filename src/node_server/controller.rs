@@ -8,6 +8,7 @@ use tonic::{Code, Request, Response, Status};
 
 use super::driver::Driver;
 use super::error::ControllerError;
+use super::quota::QuotaError;
 use super::validate::{self, decode_token, encode_token, volume_id_problem};
 use super::volumes::VolumeError as V;
 use crate::proto::csi::{
@@ -41,13 +42,16 @@ fn status(error: ControllerError) -> Status {
         E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
         // "Operation pending for volume".
         E::Volume(V::Busy { .. }) => Code::Aborted,
-        // "Unable to provision in `accessible_topology`" / out of capacity.
-        E::Volume(V::NoSpace { .. }) => Code::ResourceExhausted,
+        // "Unable to provision in `accessible_topology`" / out of capacity (or of project
+        // IDs to enforce it with).
+        E::Volume(V::NoSpace { .. } | V::Quota(QuotaError::Exhausted { .. })) => {
+            Code::ResourceExhausted
+        }
         // "Unsupported capacity" on expansion.
         E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } => Code::OutOfRange,
-        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_)) | E::Mount(_) | E::Worker(_) => {
-            Code::Internal
-        }
+        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
+        | E::Mount(_)
+        | E::Worker(_) => Code::Internal,
     };
     Status::new(code, error.to_string())
 }

@@ -10,6 +10,7 @@ use super::ephemeral;
 use super::error::{ControllerError, NodeError, WorkerError};
 use super::mount::{MountOptions, Mounter};
 use super::publish::{self, Publication};
+use super::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
 use super::volumes::{Record, VolumeError, Volumes};
 use super::{Config, ConfigError, capacity, validate};
 use crate::proto::csi::{Topology, Volume};
@@ -36,6 +37,9 @@ pub enum OpenError {
     },
     #[error(transparent)]
     Volumes(#[from] VolumeError),
+    /// `--quota=on` where sizes cannot be enforced.
+    #[error(transparent)]
+    Quota(#[from] QuotaRefused),
 }
 
 /// A NodePublishVolume request after validation.
@@ -53,10 +57,13 @@ pub struct PublishRequest {
     pub ephemeral: Option<std::collections::HashMap<String, String>>,
 }
 
-/// What NodeGetVolumeStats reports: the filesystem's figures (if the directory is there) and,
+/// What NodeGetVolumeStats reports: the filesystem's figures (if the directory is there),
+/// how the volume's size holds (its own usage and limit, or why it is not enforced) and,
 /// when the volume is not healthy at the path, why.
 pub struct Stats {
     pub statvfs: Option<nix::sys::statvfs::Statvfs>,
+    /// `None` when the directory is missing.
+    pub hold: Option<Hold>,
     pub abnormal: Option<String>,
 }
 
@@ -76,7 +83,10 @@ impl Driver {
         std::fs::create_dir_all(dir).map_err(fail("create"))?;
         let canonical = dir.canonicalize().map_err(fail("resolve"))?;
         config.state_dir = canonical;
-        let volumes = Volumes::open(&config.state_dir, config.capacity)?;
+        // Decided before the records load, so a refusal is the only thing said.
+        let data_dir = Volumes::data_dir_of(&config.state_dir)?;
+        let quotas = VolumeQuotas::start(&data_dir, config.quota)?;
+        let volumes = Volumes::open_with(&config.state_dir, config.capacity, quotas)?;
         Ok(Self {
             config,
             volumes,
@@ -292,7 +302,7 @@ impl Driver {
     }
 
     pub fn stats(&self, id: &str, volume_path: &str) -> Result<Stats, NodeError> {
-        self.volumes.known(id)?;
+        let record = self.volumes.known(id)?;
         let path = existing_path(volume_path)?;
         let dir = self.volumes.path_of(id);
         let table = self.mounter.mount_table()?;
@@ -307,14 +317,27 @@ impl Driver {
             (Some(_), Some(entry)) if entry.shows(&source) => None,
             _ => Some(format!("volume is not mounted at {}", path.display())),
         };
-        Ok(Stats { statvfs, abnormal })
+        // Stats are polled; a quota that cannot be read is reported, not an error.
+        let hold = statvfs.as_ref().map(|_| {
+            self.volumes.hold(&record).unwrap_or_else(|e| {
+                Hold::Accounted(format!(
+                    "its project quota cannot be read ({e}): these are the filesystem's figures"
+                ))
+            })
+        });
+        Ok(Stats {
+            statvfs,
+            hold,
+            abnormal,
+        })
     }
 
     /// NodeExpandVolume: a directory has no filesystem to grow, so the size is the one
-    /// ControllerExpandVolume already accounted.
+    /// ControllerExpandVolume already accounted; its limit is (re)applied at once.
     pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
         let record = self.volumes.known(id)?;
         existing_path(volume_path)?;
+        self.volumes.apply_limit(&record)?;
         Ok(record.capacity)
     }
 
@@ -334,7 +357,7 @@ impl Driver {
                 id: self.volumes.new_id(),
                 name: name.to_owned(),
                 capacity: capacity::choose_size(required, limit),
-                ephemeral: false,
+                ..Default::default()
             })?),
         }
     }
@@ -359,6 +382,8 @@ impl Driver {
             });
         }
         if required <= record.capacity {
+            // A retry after a failed expansion: the record grew, the limit may not have.
+            self.volumes.apply_limit(&record)?;
             return Ok(record.capacity);
         }
         Ok(self.volumes.resize(id, required)?.capacity)

@@ -39,6 +39,7 @@ pub fn open(
         name: String::new(),
         capacity: size,
         ephemeral: true,
+        ..Default::default()
     };
     Ok((volumes.create(record)?, true))
 }

@@ -14,7 +14,9 @@
 //! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
 //! - [`capacity`], `ephemeral` — sizes, and inline volumes that live from publish to unpublish.
 //! - [`quota`] — project quotas by syscalls: limits, usage, the project-ID allocator, the
-//!   `--quota` decision (not yet wired into the services).
+//!   `--quota` decision.
+//! - [`volume_quota`] — what the volumes get from it: the start-up decision, a project and a
+//!   limit per volume, its release, and each volume's own usage for its stats.
 
 pub mod capacity;
 mod controller;
@@ -31,6 +33,7 @@ pub mod publish;
 pub mod quota;
 mod store;
 pub mod validate;
+pub mod volume_quota;
 pub mod volumes;
 
 use std::path::PathBuf;
@@ -84,6 +87,10 @@ crate::mode_args! {
         /// numeric group ID to own the CSI socket
         #[argh(option)]
         pub socket_group: Option<u32>,
+        /// hold volumes to their sizes with project quotas: auto (where the filesystem can),
+        /// on (or refuse to start), off (never touch quotas)
+        #[argh(option, default = "quota::Mode::Auto")]
+        pub quota: quota::Mode,
     }
 }
 
@@ -96,6 +103,8 @@ pub struct Config {
     pub max_volumes_per_node: i64,
     /// Total bytes for all volumes; `None`: the filesystem's free space.
     pub capacity: Option<u64>,
+    /// `--quota`: whether volume sizes are enforced by project quotas.
+    pub quota: quota::Mode,
 }
 
 /// A configuration the CSI spec does not allow.
@@ -117,6 +126,7 @@ impl Config {
             state_dir: state_dir.into(),
             max_volumes_per_node: 0,
             capacity: None,
+            quota: quota::Mode::Auto,
         }
     }
 
@@ -156,6 +166,7 @@ impl Settings {
             },
             max_volumes_per_node: args.max_volumes_per_node,
             capacity,
+            quota: args.quota,
             ..Config::new(&args.driver_name, "", args.state_dir)
         };
         config.check().map_err(UsageError::new)?;

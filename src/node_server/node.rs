@@ -10,7 +10,9 @@ use super::driver::{Driver, PublishRequest};
 use super::ephemeral::is_ephemeral;
 use super::error::NodeError;
 use super::publish::PublishError as P;
+use super::quota::QuotaError;
 use super::validate::{self, AccessMode};
+use super::volume_quota::{Hold, Usage};
 use super::volumes::VolumeError as V;
 use crate::proto::csi::{
     NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
@@ -52,10 +54,12 @@ fn status(error: NodeError) -> Status {
         ) => Code::FailedPrecondition,
         // "Operation pending for volume".
         E::Volume(V::Busy { .. }) => Code::Aborted,
-        // An ephemeral volume that does not fit.
-        E::Volume(V::NoSpace { .. }) => Code::ResourceExhausted,
+        // An ephemeral volume that does not fit, or no project ID left for it.
+        E::Volume(V::NoSpace { .. } | V::Quota(QuotaError::Exhausted { .. })) => {
+            Code::ResourceExhausted
+        }
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
-        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_))
+        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
         | E::Publish(P::Unlocatable(_) | P::Io { .. } | P::Mount(_))
         | E::Stats { .. }
         | E::Mount(_)
@@ -84,8 +88,8 @@ fn usage(unit: volume_usage::Unit, total: u64, available: u64, used: u64) -> Vol
     }
 }
 
-/// Bytes and inodes of the filesystem a volume lives on (sizes are accounted, not enforced,
-/// so the filesystem's figures are the true ones).
+/// Bytes and inodes of the filesystem a volume lives on (for a volume whose size is accounted,
+/// not enforced, the filesystem's figures are the true ones).
 fn usages(stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
     let blocks = |n: u64| n.saturating_mul(stat.fragment_size());
     vec![
@@ -102,6 +106,46 @@ fn usages(stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
             stat.files().saturating_sub(stat.files_free()),
         ),
     ]
+}
+
+/// A volume's own bytes and inodes, from its project quota: the limit is the total. Without an
+/// inode limit, the inodes it can still take are the filesystem's.
+fn quota_usages(quota: &Usage, stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
+    let limit = quota.limits.bytes;
+    let (inodes, free_inodes) = match quota.limits.inodes {
+        0 => (stat.files(), stat.files_available()),
+        limit => (limit, limit.saturating_sub(quota.inodes)),
+    };
+    vec![
+        usage(
+            volume_usage::Unit::Bytes,
+            limit,
+            limit.saturating_sub(quota.bytes),
+            quota.bytes,
+        ),
+        usage(
+            volume_usage::Unit::Inodes,
+            inodes,
+            free_inodes,
+            quota.inodes,
+        ),
+    ]
+}
+
+/// The stats condition: healthy or not at the path, and what the figures are.
+fn condition(abnormal: Option<String>, hold: Option<&Hold>) -> VolumeCondition {
+    let sizes = match hold {
+        Some(Hold::Enforced { project_id, usage }) => format!(
+            "; its size is enforced: project quota {project_id}, limit {} bytes",
+            usage.limits.bytes
+        ),
+        Some(Hold::Accounted(why)) => format!("; the figures are the shared filesystem's ({why})"),
+        None => String::new(),
+    };
+    VolumeCondition {
+        abnormal: abnormal.is_some(),
+        message: abnormal.unwrap_or_else(|| "volume is mounted".into()) + &sizes,
+    }
 }
 
 #[tonic::async_trait]
@@ -207,19 +251,14 @@ impl Node for NodeService {
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
         let work = move |d: &Driver| d.stats(&id, &req.volume_path);
         let stats = self.0.unlocked(work).await.map_err(status)?;
-        let condition = match stats.abnormal {
-            Some(message) => VolumeCondition {
-                abnormal: true,
-                message,
-            },
-            None => VolumeCondition {
-                abnormal: false,
-                message: "volume is mounted".into(),
-            },
+        let usage = match (&stats.statvfs, &stats.hold) {
+            (Some(stat), Some(Hold::Enforced { usage, .. })) => quota_usages(usage, stat),
+            (Some(stat), _) => usages(stat),
+            (None, _) => Vec::new(),
         };
         Ok(Response::new(NodeGetVolumeStatsResponse {
-            usage: stats.statvfs.map(|stat| usages(&stat)).unwrap_or_default(),
-            volume_condition: Some(condition),
+            usage,
+            volume_condition: Some(condition(stats.abnormal, stats.hold.as_ref())),
         }))
     }
 

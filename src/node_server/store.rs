@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::validate::volume_id_problem;
 
 /// What we remember about a volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Record {
     pub id: String,
     /// The CO's name from CreateVolume; empty for ephemeral inline volumes.
@@ -21,17 +21,25 @@ pub struct Record {
     pub capacity: u64,
     /// Created by NodePublishVolume and removed by NodeUnpublishVolume.
     pub ephemeral: bool,
+    /// The project quota that holds the volume to its capacity; `None` when sizes were not
+    /// enforced at its creation (and in records written before quotas existed).
+    pub project_id: Option<u32>,
 }
 
 impl Record {
     fn to_json(&self) -> Value {
-        json!({
+        let mut value = json!({
             "version": 1,
             "id": self.id,
             "name": self.name,
             "capacity_bytes": self.capacity,
             "ephemeral": self.ephemeral,
-        })
+        });
+        // Written only when set: a record without it reads the same to older versions.
+        if let Some(id) = self.project_id {
+            value["project_id"] = id.into();
+        }
+        value
     }
 
     fn from_json(value: &Value) -> Option<Self> {
@@ -40,6 +48,11 @@ impl Record {
             name: value.get("name")?.as_str()?.to_owned(),
             capacity: value.get("capacity_bytes")?.as_u64()?,
             ephemeral: value.get("ephemeral")?.as_bool()?,
+            // Optional: records from before project quotas have none.
+            project_id: match value.get("project_id") {
+                None => None,
+                Some(id) => Some(u32::try_from(id.as_u64()?).ok()?),
+            },
         })
     }
 }
@@ -176,6 +189,7 @@ mod tests {
             name: format!("pvc-{id}"),
             capacity: 42,
             ephemeral: false,
+            project_id: None,
         }
     }
 
@@ -204,6 +218,29 @@ mod tests {
         store.save(&bigger).unwrap();
         let (_, loaded) = Store::open(dir.path().to_owned()).unwrap();
         assert_eq!(loaded, vec![bigger]);
+    }
+
+    #[test]
+    fn a_project_id_is_kept_and_records_without_one_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path().to_owned()).unwrap();
+        let quota = Record {
+            project_id: Some(1 << 30),
+            ..record("q")
+        };
+        store.save(&quota).unwrap();
+        // As written before project quotas existed.
+        let old =
+            r#"{"version":1,"id":"old","name":"pvc-old","capacity_bytes":7,"ephemeral":false}"#;
+        std::fs::write(dir.path().join("old.json"), old).unwrap();
+        let (_, mut loaded) = Store::open(dir.path().to_owned()).unwrap();
+        loaded.sort_by(|a, b| a.id.cmp(&b.id));
+        let old = Record {
+            name: "pvc-old".into(),
+            capacity: 7,
+            ..record("old")
+        };
+        assert_eq!(loaded, vec![old, quota]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The volumes this node owns: their records (persisted by [`Store`]), their data directories
-//! under `<state-dir>/volumes/`, capacity accounting, and per-volume locks.
+//! under `<state-dir>/volumes/`, capacity accounting (and enforcement, through
+//! [`VolumeQuotas`]), and per-volume locks.
 //!
 //! Locks are try-locks: a second call on a volume while one is running gets ABORTED at once
 //! (the CSI rule; the CO retries), and calls on different volumes never wait for each other.
@@ -12,8 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use super::capacity;
 use super::mountinfo::{MountTable, Unlocatable};
 use super::publish;
+use super::quota::QuotaError;
 pub use super::store::Record;
 use super::store::{Store, StoreError, sync_dir};
+use super::volume_quota::{Hold, VolumeQuotas};
 
 /// What can go wrong with the volumes themselves; each variant names the volume, the sizes or
 /// the path involved.
@@ -40,6 +43,8 @@ pub enum VolumeError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
 }
 
 /// `map_err(io("remove", path))`: an I/O error with its operation and path.
@@ -67,6 +72,7 @@ pub struct Volumes {
     /// Held while a decision spends capacity (create, expand), so two of them cannot both
     /// take the last free bytes.
     provisioning: Mutex<()>,
+    quotas: VolumeQuotas,
 }
 
 /// An operation in progress on one volume (or one volume name); dropping it ends it.
@@ -89,16 +95,35 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Volumes {
-    /// Opens the state directory (which must be canonical) and loads every record.
+    /// Opens the state directory (which must be canonical) and loads every record; sizes
+    /// are accounted, not enforced.
     pub fn open(state_dir: &Path, total: Option<u64>) -> Result<Arc<Self>, VolumeError> {
+        Self::open_with(state_dir, total, VolumeQuotas::off())
+    }
+
+    /// The directory volume directories are made in (`<state-dir>/volumes`), created.
+    pub fn data_dir_of(state_dir: &Path) -> Result<PathBuf, VolumeError> {
         let data_dir = state_dir.join("volumes");
         std::fs::create_dir_all(&data_dir).map_err(io("create", &data_dir))?;
+        Ok(data_dir)
+    }
+
+    /// [`Self::open`], with sizes held as `quotas` decided; the recorded volumes are put back
+    /// under their limits.
+    pub fn open_with(
+        state_dir: &Path,
+        total: Option<u64>,
+        quotas: VolumeQuotas,
+    ) -> Result<Arc<Self>, VolumeError> {
+        let data_dir = Self::data_dir_of(state_dir)?;
         let (store, loaded) = Store::open(state_dir.join("meta"))?;
         log::info!(
             "loaded {} volume record(s) from {}",
             loaded.len(),
             state_dir.display()
         );
+        let dirs: Vec<PathBuf> = loaded.iter().map(|r| data_dir.join(&r.id)).collect();
+        quotas.adopt(dirs.iter().map(PathBuf::as_path).zip(&loaded));
         let records = loaded.into_iter().map(|r| (r.id.clone(), r)).collect();
         Ok(Arc::new(Self {
             data_dir,
@@ -109,7 +134,13 @@ impl Volumes {
                 busy: HashSet::new(),
             }),
             provisioning: Mutex::new(()),
+            quotas,
         }))
+    }
+
+    /// Why sizes are not enforced on this node, unless they are.
+    pub fn quota_reason(&self) -> Option<&str> {
+        self.quotas.reason()
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -191,9 +222,10 @@ impl Volumes {
         }
     }
 
-    /// Creates a volume's directory and record if its size fits. The caller holds the lock on
-    /// the ID or name.
-    pub fn create(&self, record: Record) -> Result<Record, VolumeError> {
+    /// Creates a volume's directory and record if its size fits, and where sizes are
+    /// enforced puts the directory in a project of its own limited to the capacity. The
+    /// caller holds the lock on the ID or name.
+    pub fn create(&self, mut record: Record) -> Result<Record, VolumeError> {
         let _provisioning = lock(&self.provisioning);
         let available = self.available()?;
         if record.capacity > available {
@@ -202,30 +234,51 @@ impl Volumes {
                 available,
             });
         }
+        // Recorded before the directory is tagged, so a crash cannot leave a tagged
+        // directory whose project ID no record holds (the next start finishes the tagging).
+        record.project_id = self.quotas.allocate()?;
         let dir = self.path_of(&record.id);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            // Left by a crash between mkdir and the record: the same volume, still empty.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io("create", &dir)(e)),
+        let made = self.make_dir(&dir).and_then(|()| {
+            self.store.save(&record)?;
+            Ok(self.quotas.assign(&dir, &record)?)
+        });
+        if let Err(e) = made {
+            self.quotas.abandon(&dir, &record);
+            let _ = self.store.remove(&record.id);
+            // Only if still empty: it may be a crashed creation's, but never holds data.
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
         }
-        // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
-        // the group when the CO asks.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(io("set mode of", &dir))?;
-        // The directory must be durable before the record that promises it.
-        sync_dir(&self.data_dir)?;
-        self.store.save(&record)?;
         self.inner()
             .records
             .insert(record.id.clone(), record.clone());
         log::info!(
-            "created volume {} ({} bytes{})",
+            "created volume {} ({} bytes{}{})",
             record.id,
             record.capacity,
-            if record.ephemeral { ", ephemeral" } else { "" }
+            if record.ephemeral { ", ephemeral" } else { "" },
+            record
+                .project_id
+                .map(|id| format!(", project quota {id}"))
+                .unwrap_or_default()
         );
         Ok(record)
+    }
+
+    /// A new volume's directory, world-writable and durable before its record.
+    fn make_dir(&self, dir: &Path) -> Result<(), VolumeError> {
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            // Left by a crash between mkdir and the record: the same volume, still empty.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io("create", dir)(e)),
+        }
+        // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
+        // the group when the CO asks.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(io("set mode of", dir))?;
+        // The directory must be durable before the record that promises it.
+        Ok(sync_dir(&self.data_dir)?)
     }
 
     /// Grows a volume's accounted size, if the growth fits.
@@ -241,7 +294,20 @@ impl Volumes {
         self.store.save(&record)?;
         self.inner().records.insert(id.to_owned(), record.clone());
         log::info!("volume {id} now has {capacity} bytes");
+        // After the record: a crash in between leaves the larger size to the next start.
+        self.quotas.apply(&record)?;
         Ok(record)
+    }
+
+    /// Holds a volume to its recorded capacity at once (expansion; a retry after a failed
+    /// one finds the record already grown and only needs this).
+    pub fn apply_limit(&self, record: &Record) -> Result<(), VolumeError> {
+        Ok(self.quotas.apply(record)?)
+    }
+
+    /// How a volume's size holds: its own usage and limit, or why it is not enforced.
+    pub fn hold(&self, record: &Record) -> Result<Hold, VolumeError> {
+        Ok(self.quotas.hold(record)?)
     }
 
     /// Deletes a volume's data and then its record, refusing while anything is mounted on or
@@ -261,6 +327,11 @@ impl Volumes {
             std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
             // Durably gone before the record goes, so a crash cannot leave unlisted data.
             sync_dir(&self.data_dir)?;
+        }
+        // Its project ID goes before the record that holds it; a failure here leaves the
+        // record, and the next DeleteVolume releases it.
+        if let Some(record) = self.get(id) {
+            self.quotas.release(&record)?;
         }
         self.store.remove(id)?;
         self.inner().records.remove(id);

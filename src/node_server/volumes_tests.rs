@@ -14,7 +14,7 @@ fn record(id: &str, capacity: u64) -> Record {
         id: id.into(),
         name: format!("name-{id}"),
         capacity,
-        ephemeral: false,
+        ..Default::default()
     }
 }
 
