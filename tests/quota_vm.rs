@@ -1,6 +1,7 @@
 //! Project quotas for real, under Debian's kernel in QEMU (this machine's kernel has no XFS
 //! or ext4 quota support). One VM boots per run; inside it every case runs against
-//! loop-backed XFS and ext4 filesystems and is reported here by name. Without QEMU,
+//! loop-backed XFS and ext4 filesystems and is reported here by name: the quota layer on its
+//! own, and the real node-server binary driven through gRPC. Without QEMU,
 //! virtme-ng or the kernel this test fails and says what to install — it never passes
 //! silently.
 //!
@@ -12,6 +13,8 @@ mod cases;
 mod enforce;
 mod fixtures;
 mod lifecycle;
+mod served;
+mod through_grpc;
 mod vm;
 
 /// The environment variable that picks the role.

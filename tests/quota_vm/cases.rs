@@ -8,6 +8,7 @@ use csi_nodekit::node_server::quota::{FsKind, Limits, PROJECT_IDS, QuotaFs};
 use super::enforce::*;
 use super::fixtures::{Prep, TestFs};
 use super::lifecycle::*;
+use super::through_grpc::*;
 
 pub const MIB: u64 = 1 << 20;
 /// The capability number of CAP_SYS_RESOURCE (linux/capability.h).
@@ -39,6 +40,11 @@ const GENERIC: &[(&str, Case)] = cases![
     a_root_writer_with_cap_sys_resource_behaves_as_documented,
     an_unprepared_filesystem_is_not_enforcing_and_on_refuses_it,
     measure_create_and_delete_cost_against_a_plain_directory,
+    node_server_holds_a_published_volume_to_its_size_and_expansion_raises_it,
+    node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees_them,
+    an_ephemeral_inline_volume_with_a_size_is_held_to_it,
+    node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_why,
+    measure_create_and_delete_through_grpc_quotad_against_plain,
 ];
 
 /// Every case's name, `xfs::…` then `ext4::…`.

@@ -60,7 +60,7 @@ fn writable_volume(fs: &TestFs, q: &QuotaFs, id: u32, limit: u64) -> std::path::
 
 /// Checks that a writer stopped at `limit` with the filesystem's errno; returns how far
 /// past the room left it got (negative: it stopped short).
-fn assert_stopped_at(
+pub fn assert_stopped_at(
     fs: &TestFs,
     q: &QuotaFs,
     id: u32,

@@ -271,7 +271,7 @@ pub fn measure_create_and_delete_cost_against_a_plain_directory(kind: FsKind) {
 
 /// Waits for `id`'s quota record to go (ext4 may drop an emptied record from the quota file
 /// a moment after the last reference).
-fn record_gone(q: &QuotaFs, id: u32) -> bool {
+pub fn record_gone(q: &QuotaFs, id: u32) -> bool {
     for _ in 0..50 {
         if q.next_in_use(id).unwrap() != Some(id) {
             return true;

@@ -1,0 +1,234 @@
+//! Inside the VM: node-server itself (the real binary) holding volumes to their sizes, driven
+//! through gRPC as the external-provisioner, the external-resizer and the kubelet drive it,
+//! with a pod's writer (no capabilities) in the published path.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use csi_nodekit::node_server::quota::{self, FsKind, Limits};
+use csi_nodekit::proto::csi::*;
+
+use super::cases::{FIRST, MIB, figure, open};
+use super::enforce::assert_stopped_at;
+use super::fixtures::{NOBODY, Prep, TestFs, du, write_until_error};
+use super::lifecycle::record_gone;
+use super::served::{Served, create_and_publish, expand, remove, runtime, stats};
+use crate::common::csi_node::{self, rwo, unpublish_request};
+
+pub fn node_server_holds_a_published_volume_to_its_size_and_expansion_raises_it(kind: FsKind) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let served = Served::start(&fs, "state", &["--quota=on"]);
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        let pod = served.pod("a");
+        let id = create_and_publish(&mut csi, "pvc-a", 8 * MIB, &pod).await;
+        let project = served.recorded_project(&id).expect("a recorded project ID");
+        let dir = served.volume_dir(&id);
+        assert_eq!(quota::project_of(&dir).unwrap().id, project);
+        let file = pod.target.join("fill");
+        for (limit, step) in [(8 * MIB, "at the size"), (16 * MIB, "after expansion")] {
+            let before = q.usage(project).unwrap().bytes;
+            let w = write_until_error(&file, 64 * MIB, NOBODY);
+            let overshoot = assert_stopped_at(&fs, &q, project, limit, before, &w);
+            figure(
+                kind,
+                format_args!(
+                    "node-server volume, a pod's writer {step}: stopped at {} of {limit} bytes: \
+                     overshoot={overshoot} bytes",
+                    before + w.bytes
+                ),
+            );
+            fs.sync();
+            let (bytes, inodes, message) = stats(&mut csi, &id, &pod.target).await;
+            let (du_bytes, du_inodes) = du(&dir);
+            assert_eq!(
+                (bytes.used as u64, bytes.total as u64, bytes.available as u64),
+                (du_bytes, limit, limit - du_bytes),
+                "stats bytes (used, total, available) against du and the limit"
+            );
+            assert_eq!(inodes.used as u64, du_inodes, "stats inodes against du");
+            assert!(message.contains(&format!("project quota {project}")), "{message}");
+            // What df in the pod shows: the volume, not the host's filesystem.
+            let df = nix::sys::statvfs::statvfs(&pod.target).expect("statvfs");
+            assert_eq!(df.blocks() as u64 * df.fragment_size() as u64, limit);
+            if limit == 8 * MIB {
+                expand(&mut csi, &id, 16 * MIB, &pod.target).await;
+                assert_eq!(q.usage(project).unwrap().limits.bytes, 16 * MIB);
+            }
+        }
+        remove(&mut csi, &id, &pod).await;
+    });
+}
+
+pub fn node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees_them(
+    kind: FsKind,
+) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    // An administrator's project from before node-server ever ran.
+    let admin = fs.dir("admin");
+    let admin_limits = Limits {
+        bytes: MIB,
+        inodes: 0,
+    };
+    q.assign(&admin, FIRST, admin_limits).expect("admin project");
+    let mut served = Served::start(&fs, "state", &[]);
+    let rt = runtime();
+    let pod = served.pod("a");
+    let a = rt.block_on(async {
+        let mut csi = served.client().await;
+        create_and_publish(&mut csi, "pvc-a", 4 * MIB, &pod).await
+    });
+    let a_project = served.recorded_project(&a).expect("recorded");
+    assert_eq!(a_project, FIRST + 1, "the administrator's {FIRST} is in use");
+    // A crash between the record and the tagging, played by undoing the tagging while
+    // node-server is down: the next start finishes it.
+    assert_eq!(served.stop(), 0);
+    q.release(Some(&served.volume_dir(&a)), a_project).unwrap();
+    served.restart();
+    assert_eq!(quota::project_of(&served.volume_dir(&a)).unwrap().id, a_project);
+    assert_eq!(q.usage(a_project).unwrap().limits.bytes, 4 * MIB);
+    let before = q.usage(a_project).unwrap().bytes;
+    let w = write_until_error(&pod.target.join("fill"), 16 * MIB, NOBODY);
+    assert_stopped_at(&fs, &q, a_project, 4 * MIB, before, &w);
+    rt.block_on(async {
+        let mut csi = served.client().await;
+        let (bytes, _, message) = stats(&mut csi, &a, &pod.target).await;
+        assert_eq!(bytes.total as u64, 4 * MIB);
+        assert!(message.contains(&format!("project quota {a_project}")), "{message}");
+        let b = csi_node::create(&mut csi, "pvc-b", MIB as i64).await;
+        assert_eq!(served.recorded_project(&b), Some(FIRST + 2));
+        // Deletion frees the ID: once the kernel has dropped its record, it is the next one
+        // handed out again.
+        remove(&mut csi, &a, &pod).await;
+        assert!(!served.volume_dir(&a).exists());
+        assert!(record_gone(&q, a_project), "project {a_project} still in use");
+        let c = csi_node::create(&mut csi, "pvc-c", MIB as i64).await;
+        assert_eq!(served.recorded_project(&c), Some(a_project));
+    });
+    assert_eq!(quota::project_of(&admin).unwrap().id, FIRST, "untouched");
+    assert_eq!(q.usage(FIRST).unwrap().limits, admin_limits, "untouched");
+}
+
+pub fn an_ephemeral_inline_volume_with_a_size_is_held_to_it(kind: FsKind) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let served = Served::start(&fs, "state", &[]);
+    let pod = served.pod("inline");
+    let id = "csi-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        let publish = NodePublishVolumeRequest {
+            volume_id: id.into(),
+            target_path: pod.target.display().to_string(),
+            volume_capability: Some(rwo()),
+            volume_context: HashMap::from([
+                ("csi.storage.k8s.io/ephemeral".into(), "true".into()),
+                ("size".into(), "4Mi".into()),
+            ]),
+            ..Default::default()
+        };
+        csi.node.node_publish_volume(publish).await.expect("publish");
+        let project = served.recorded_project(id).expect("recorded");
+        let before = q.usage(project).unwrap().bytes;
+        let w = write_until_error(&pod.target.join("fill"), 16 * MIB, NOBODY);
+        assert_stopped_at(&fs, &q, project, 4 * MIB, before, &w);
+        let (bytes, _, _) = stats(&mut csi, id, &pod.target).await;
+        assert_eq!(bytes.total as u64, 4 * MIB);
+        csi.node
+            .node_unpublish_volume(unpublish_request(id, &pod.target))
+            .await
+            .expect("unpublish");
+        assert!(!served.volume_dir(id).exists(), "removed at unpublish");
+        assert!(record_gone(&q, project), "project {project} still in use");
+    });
+}
+
+pub fn node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_why(kind: FsKind) {
+    let prep = match kind {
+        FsKind::Xfs => Prep::Plain,
+        FsKind::Ext4 => Prep::FeaturesOnly,
+    };
+    let fs = TestFs::new(kind, prep);
+    let scratch = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(crate::common::binary())
+        .arg("node-server")
+        .arg(format!(
+            "--endpoint=unix://{}",
+            scratch.path().join("on.sock").display()
+        ))
+        .arg(format!("--state-dir={}", fs.mnt.join("on").display()))
+        .args(["--node-id=vm", "--quota=on"])
+        .output()
+        .expect("run node-server");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("--quota=on") && stderr.contains("prjquota"),
+        "{stderr}"
+    );
+    println!("--quota=on refuses: {stderr}");
+
+    let served = Served::start(&fs, "auto", &[]);
+    let logs = served.logs();
+    assert_eq!(
+        logs.matches("accounted, not enforced").count(),
+        1,
+        "said once: {logs}"
+    );
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        let pod = served.pod("a");
+        let id = create_and_publish(&mut csi, "pvc-a", 4 * MIB, &pod).await;
+        assert_eq!(served.recorded_project(&id), None);
+        // Today's accounting: the writer is not stopped at the size.
+        let w = write_until_error(&pod.target.join("fill"), 8 * MIB, NOBODY);
+        assert_eq!((w.errno, w.bytes), (0, 8 * MIB), "{w:?}");
+        let (bytes, _, message) = stats(&mut csi, &id, &pod.target).await;
+        assert!(bytes.total as u64 > 4 * MIB, "the filesystem's figures");
+        assert!(
+            message.contains("shared filesystem") && message.contains("prjquota"),
+            "{message}"
+        );
+        remove(&mut csi, &id, &pod).await;
+    });
+}
+
+pub fn measure_create_and_delete_through_grpc_quotad_against_plain(kind: FsKind) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    // Both on the same filesystem, so only the quota calls differ.
+    let quotad = Served::start(&fs, "quota", &["--quota=on"]);
+    let plain = Served::start(&fs, "plain", &["--quota=off"]);
+    const N: u32 = 30;
+    let times = runtime().block_on(async {
+        let mut clients = [quotad.client().await, plain.client().await];
+        // [server][create, delete]; the servers alternate, so host load weighs on both.
+        let mut times = [[Duration::ZERO; 2]; 2];
+        for i in 0..N {
+            for (csi, time) in clients.iter_mut().zip(times.iter_mut()) {
+                let started = Instant::now();
+                let id = csi_node::create(csi, &format!("pvc-{i}"), MIB as i64).await;
+                time[0] += started.elapsed();
+                let started = Instant::now();
+                let delete = csi_node::delete_request(&id);
+                csi.controller.delete_volume(delete).await.expect("delete");
+                time[1] += started.elapsed();
+            }
+        }
+        times
+    });
+    let ms = |d: Duration| d.as_secs_f64() * 1e3 / f64::from(N);
+    figure(
+        kind,
+        format_args!(
+            "CreateVolume / DeleteVolume through gRPC, mean of {N} (TCG, not native speed): \
+             plain {:.2} / {:.2} ms, quota'd {:.2} / {:.2} ms",
+            ms(times[1][0]),
+            ms(times[1][1]),
+            ms(times[0][0]),
+            ms(times[0][1])
+        ),
+    );
+}
