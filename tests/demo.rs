@@ -23,6 +23,8 @@ fn the_demo_registers_publishes_a_volume_and_leaves_nothing_behind() {
         "csi.volume.kubernetes.io/nodeid",
         "the registrar's /readyz now says: 200 ok",
         "reads back \"written by the demo pod\"",
+        // Whether sizes are enforced here or not, the demo says which.
+        "=> the volume's 67108864 bytes are accounted",
         "unmounted and removed: true",
         "staging path unmounted: true",
         "the kubelet: deregistered",

@@ -144,6 +144,7 @@ pub async fn life(layout: &Layout, csi: &Path) -> Result<(), BoxError> {
             usage.used, usage.available, usage.total
         );
     }
+    say_what_the_stats_are(&stats);
 
     node.node_unpublish_volume(NodeUnpublishVolumeRequest {
         volume_id: id.clone(),
@@ -172,4 +173,27 @@ pub async fn life(layout: &Layout, csi: &Path) -> Result<(), BoxError> {
         .await?;
     println!("DeleteVolume {id}: done");
     Ok(())
+}
+
+/// Says plainly what the stats show: a volume held to its size reports its own figures; one
+/// whose size is only accounted reports the filesystem it shares with every other volume.
+fn say_what_the_stats_are(stats: &NodeGetVolumeStatsResponse) {
+    let bytes = stats
+        .usage
+        .iter()
+        .find(|u| u.unit == volume_usage::Unit::Bytes as i32);
+    if let Some(condition) = &stats.volume_condition {
+        println!("   condition: {}", condition.message);
+    }
+    match bytes {
+        Some(bytes) if bytes.total == SIZE => println!(
+            "   => the volume's {SIZE} bytes are accounted and enforced (a project quota): \
+             its pod's writes stop there, and these are the volume's own figures"
+        ),
+        _ => println!(
+            "   => the volume's {SIZE} bytes are accounted (set aside in node-server's \
+             capacity) but not enforced on this machine: these are the figures of the \
+             filesystem all volumes share, not the volume's; the condition says why"
+        ),
+    }
 }
