@@ -105,22 +105,21 @@ async fn the_same_name_with_another_size_already_exists_and_the_same_size_is_the
 }
 
 #[tokio::test]
-async fn delete_volume_needs_an_id_and_succeeds_for_unknown_or_impossible_ones() {
+async fn delete_volume_needs_a_well_formed_id_and_succeeds_for_unknown_ones() {
     let (sandbox, server, mut csi) = setup().await;
     let outside = sandbox.dir("outside");
     std::fs::write(outside.join("keep"), b"x").unwrap();
     let c = &mut csi.controller;
-    assert_eq!(
-        code(c.delete_volume(delete_request("")).await),
-        Code::InvalidArgument
-    );
+    for malformed in ["", "../../outside", ".."] {
+        assert_eq!(
+            code(c.delete_volume(delete_request(malformed)).await),
+            Code::InvalidArgument,
+            "{malformed:?}"
+        );
+    }
     c.delete_volume(delete_request("vol-does-not-exist"))
         .await
         .unwrap();
-    c.delete_volume(delete_request("../../outside"))
-        .await
-        .unwrap();
-    c.delete_volume(delete_request("..")).await.unwrap();
     assert!(outside.join("keep").exists());
     assert!(sandbox.path().join("state/volumes").is_dir());
     server.stop().await;

@@ -8,8 +8,9 @@ use tonic::{Code, Request, Response, Status};
 
 use super::driver::Driver;
 use super::error::ControllerError;
+use super::field_limits::SizeLimits;
 use super::quota::QuotaError;
-use super::validate::{self, decode_token, encode_token, volume_id_problem};
+use super::validate::{self, decode_token, encode_token};
 use super::volumes::VolumeError as V;
 use crate::proto::csi::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
@@ -88,7 +89,8 @@ impl Controller for ControllerService {
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
         let req = request.into_inner();
-        let name = validate::required("name", &req.name)?.to_owned();
+        req.check_sizes()?;
+        let name = validate::name(&req.name)?.to_owned();
         no_block(&validate::capabilities(&req.volume_capabilities)?)?;
         let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
         log::trace!("CreateVolume name={name} required={required} limit={limit}");
@@ -121,12 +123,11 @@ impl Controller for ControllerService {
         request: Request<DeleteVolumeRequest>,
     ) -> Result<Response<DeleteVolumeResponse>, Status> {
         let req = request.into_inner();
-        let id = validate::required("volume_id", &req.volume_id)?.to_owned();
+        req.check_sizes()?;
+        // Malformed is INVALID_ARGUMENT, as in every call; a well-formed unknown ID is deleted
+        // already (OK).
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
         log::trace!("DeleteVolume volume={id}");
-        // An ID we could never have issued names no volume: deleting it is already done.
-        if volume_id_problem(&id).is_some() {
-            return Ok(Response::new(DeleteVolumeResponse {}));
-        }
         let key = id.clone();
         let work = move |d: &Driver| d.delete(&id);
         self.0.locked(&key, work).await.map_err(status)?;
@@ -138,7 +139,8 @@ impl Controller for ControllerService {
         request: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
         let req = request.into_inner();
-        let id = validate::required("volume_id", &req.volume_id)?;
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?;
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
         self.0.volumes.known(id).map_err(|e| status(e.into()))?;
@@ -187,6 +189,7 @@ impl Controller for ControllerService {
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
         let req = request.into_inner();
+        req.check_sizes()?;
         log::trace!("GetCapacity");
         let usable = (req.volume_capabilities.is_empty()
             || validate::capabilities(&req.volume_capabilities)
@@ -235,7 +238,8 @@ impl Controller for ControllerService {
         request: Request<ControllerExpandVolumeRequest>,
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
         let req = request.into_inner();
-        let id = validate::required("volume_id", &req.volume_id)?.to_owned();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
         let range = req
             .capacity_range
             .as_ref()

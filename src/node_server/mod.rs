@@ -8,7 +8,8 @@
 //! - [`identity`], `node`, `controller` — one file per CSI service (validate → act → respond),
 //!   each with the table that maps its failures to gRPC codes.
 //! - [`error`] — what each service's operations can fail with.
-//! - [`validate`] — request checks with the exact gRPC codes.
+//! - [`validate`] — request checks with the exact gRPC codes; [`field_limits`], the CSI
+//!   spec's size limits on every field and the bound on a whole request.
 //! - [`volumes`] + `store` — volume records, persistence, capacity, per-volume locks.
 //! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table.
 //! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
@@ -24,6 +25,7 @@ pub mod copy;
 mod driver;
 mod ephemeral;
 pub mod error;
+pub mod field_limits;
 pub mod identity;
 pub mod loopdev;
 pub mod mount;
@@ -40,6 +42,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use argh::{ArgsInfo, FromArgs};
+use tower::layer::util::{Identity, Stack};
+use tower::util::MapResponseLayer;
 
 pub use driver::OpenError;
 pub use mount::{LinuxMounter, Mounter};
@@ -251,15 +255,54 @@ pub async fn serve(
     shutdown: Shutdown,
 ) -> Result<(), BoxError> {
     let driver = plugin.driver;
-    let server = tonic::transport::Server::builder()
-        .add_service(IdentityServer::new(identity::IdentityService(Arc::clone(
-            &driver,
-        ))))
-        .add_service(NodeServer::new(node::NodeService(Arc::clone(&driver))))
-        .add_service(ControllerServer::new(controller::ControllerService(driver)))
+    let max = field_limits::MAX_REQUEST;
+    let identity = IdentityServer::new(identity::IdentityService(Arc::clone(&driver)));
+    let node = NodeServer::new(node::NodeService(Arc::clone(&driver)));
+    let controller = ControllerServer::new(controller::ControllerService(driver));
+    let server = bounded_server()
+        .add_service(identity.max_decoding_message_size(max))
+        .add_service(node.max_decoding_message_size(max))
+        .add_service(controller.max_decoding_message_size(max))
         .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
     match crate::shutdown::run_with_grace(server, shutdown, crate::shutdown::GRACE_PERIOD).await {
         Some(result) => result.map_err(Into::into),
         None => Ok(()),
     }
+}
+
+/// The gRPC server with every HTTP/2 bound stated, not left to library defaults: what one
+/// stream may have in flight is one largest request; a connection, four of them; a header
+/// list, 16 KiB; 64 streams at once per connection (gRPC clients queue the rest).
+fn bounded_server() -> tonic::transport::Server<Stack<MapResponseLayer<MapGrpc>, Identity>> {
+    let window = u32::try_from(field_limits::MAX_REQUEST).unwrap_or(u32::MAX);
+    tonic::transport::Server::builder()
+        .initial_stream_window_size(window)
+        .initial_connection_window_size(window.saturating_mul(4))
+        .max_frame_size(16 << 10)
+        .http2_max_header_list_size(16 << 10)
+        .max_concurrent_streams(64)
+        .layer(MapResponseLayer::new(
+            too_large_is_resource_exhausted as MapGrpc,
+        ))
+}
+
+type GrpcResponse = tonic::codegen::http::Response<tonic::body::Body>;
+type MapGrpc = fn(GrpcResponse) -> GrpcResponse;
+
+/// tonic refuses a request over `max_decoding_message_size` from its length prefix, before
+/// buffering it, but with OUT_OF_RANGE; gRPC's code for a message over the receiver's limit
+/// is RESOURCE_EXHAUSTED (what grpc-go answers, and what clients retry on or report as such).
+/// No handler of ours answers OUT_OF_RANGE with tonic's wording.
+fn too_large_is_resource_exhausted(mut response: GrpcResponse) -> GrpcResponse {
+    const TONIC_TOO_LARGE: &[u8] = b"Error,%20decoded%20message%20length%20too%20large";
+    let headers = response.headers_mut();
+    let too_large = headers.get("grpc-status").is_some_and(|code| code == "11")
+        && headers
+            .get("grpc-message")
+            .is_some_and(|message| message.as_bytes().starts_with(TONIC_TOO_LARGE));
+    if too_large {
+        let code = tonic::Code::ResourceExhausted as i32;
+        headers.insert("grpc-status", code.into());
+    }
+    response
 }

@@ -9,6 +9,7 @@ use tonic::{Code, Request, Response, Status};
 use super::driver::{Driver, PublishRequest};
 use super::ephemeral::is_ephemeral;
 use super::error::NodeError;
+use super::field_limits::SizeLimits;
 use super::publish::PublishError as P;
 use super::quota::QuotaError;
 use super::validate::{self, AccessMode};
@@ -155,6 +156,7 @@ impl Node for NodeService {
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
         let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let staging = validate::path("staging_target_path", &req.staging_target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
@@ -172,6 +174,7 @@ impl Node for NodeService {
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
         let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let staging = validate::path("staging_target_path", &req.staging_target_path)?;
         log::trace!(
@@ -189,6 +192,7 @@ impl Node for NodeService {
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let target = validate::path("target_path", &req.target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
@@ -228,6 +232,7 @@ impl Node for NodeService {
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let target = validate::path("target_path", &req.target_path)?;
         log::trace!(
@@ -245,7 +250,8 @@ impl Node for NodeService {
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
         let req = request.into_inner();
-        let id = validate::required("volume_id", &req.volume_id)?.to_owned();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required("volume_path", &req.volume_path)?;
         log::trace!("NodeGetVolumeStats volume={id}");
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
@@ -267,7 +273,8 @@ impl Node for NodeService {
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
         let req = request.into_inner();
-        let id = validate::required("volume_id", &req.volume_id)?.to_owned();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required("volume_path", &req.volume_path)?;
         validate::capacity_range(req.capacity_range.as_ref())?;
         log::trace!("NodeExpandVolume volume={id}");

@@ -23,6 +23,20 @@ pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     Ok(value)
 }
 
+/// A CreateVolume name: required, and free of the control characters the CSI spec excludes
+/// from names (U+0000–U+0008, U+000B, U+000C, U+000E–U+001F, U+007F–U+009F).
+pub fn name(value: &str) -> Result<&str, Status> {
+    required("name", value)?;
+    let excluded = |c: &char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
+    match value.chars().find(excluded) {
+        Some(c) => Err(Status::invalid_argument(format!(
+            "name contains U+{:04X}, a control character the CSI spec excludes from names",
+            u32::from(c)
+        ))),
+        None => Ok(value),
+    }
+}
+
 /// Why a volume ID cannot name a directory: it must be one plain path component.
 pub fn volume_id_problem(id: &str) -> Option<&'static str> {
     if id.is_empty() {

@@ -134,3 +134,30 @@ fn pagination_tokens_round_trip_and_foreign_tokens_abort() {
         assert_eq!(code(decode_token(bad)), Code::Aborted, "{bad:?}");
     }
 }
+
+#[test]
+fn names_may_hold_any_unicode_but_the_excluded_control_characters() {
+    for good in [
+        "pvc-1",
+        "tab\there",
+        "line\nbreak",
+        "cr\r",
+        "ünïcödé ✓",
+        "\u{a0}",
+    ] {
+        assert_eq!(name(good).unwrap(), good);
+    }
+    for bad in [
+        "",
+        "nul\0",
+        "bell\u{7}",
+        "vt\u{b}",
+        "esc\u{1b}",
+        "del\u{7f}",
+        "c1\u{9f}",
+    ] {
+        assert_eq!(code(name(bad)), Code::InvalidArgument, "{bad:?}");
+    }
+    let err = name("a\u{1b}b").unwrap_err();
+    assert!(err.message().contains("U+001B"), "{err}");
+}
