@@ -58,16 +58,18 @@ impl Served {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let process = common::spawn_node_server(&self.socket, &self.state, &flags);
         let socket = self.socket.clone();
-        let up = common::wait_until_blocking(Duration::from_secs(60), || {
-            common::is_socket(&socket)
-        });
+        let up =
+            common::wait_until_blocking(Duration::from_secs(60), || common::is_socket(&socket));
         assert!(up, "node-server did not listen:\n{}", process.stderr());
         self.process = Some(process);
     }
 
     /// What node-server has logged so far.
     pub fn logs(&self) -> String {
-        self.process.as_ref().map(KillOnDrop::stderr).unwrap_or_default()
+        self.process
+            .as_ref()
+            .map(KillOnDrop::stderr)
+            .unwrap_or_default()
     }
 
     pub async fn client(&self) -> Csi {

@@ -43,12 +43,19 @@ pub fn node_server_holds_a_published_volume_to_its_size_and_expansion_raises_it(
             let (bytes, inodes, message) = stats(&mut csi, &id, &pod.target).await;
             let (du_bytes, du_inodes) = du(&dir);
             assert_eq!(
-                (bytes.used as u64, bytes.total as u64, bytes.available as u64),
+                (
+                    bytes.used as u64,
+                    bytes.total as u64,
+                    bytes.available as u64
+                ),
                 (du_bytes, limit, limit - du_bytes),
                 "stats bytes (used, total, available) against du and the limit"
             );
             assert_eq!(inodes.used as u64, du_inodes, "stats inodes against du");
-            assert!(message.contains(&format!("project quota {project}")), "{message}");
+            assert!(
+                message.contains(&format!("project quota {project}")),
+                "{message}"
+            );
             // What df in the pod shows: the volume, not the host's filesystem.
             let df = nix::sys::statvfs::statvfs(&pod.target).expect("statvfs");
             assert_eq!(df.blocks() as u64 * df.fragment_size() as u64, limit);
@@ -72,7 +79,8 @@ pub fn node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees
         bytes: MIB,
         inodes: 0,
     };
-    q.assign(&admin, FIRST, admin_limits).expect("admin project");
+    q.assign(&admin, FIRST, admin_limits)
+        .expect("admin project");
     let mut served = Served::start(&fs, "state", &[]);
     let rt = runtime();
     let pod = served.pod("a");
@@ -81,13 +89,20 @@ pub fn node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees
         create_and_publish(&mut csi, "pvc-a", 4 * MIB, &pod).await
     });
     let a_project = served.recorded_project(&a).expect("recorded");
-    assert_eq!(a_project, FIRST + 1, "the administrator's {FIRST} is in use");
+    assert_eq!(
+        a_project,
+        FIRST + 1,
+        "the administrator's {FIRST} is in use"
+    );
     // A crash between the record and the tagging, played by undoing the tagging while
     // node-server is down: the next start finishes it.
     assert_eq!(served.stop(), 0);
     q.release(Some(&served.volume_dir(&a)), a_project).unwrap();
     served.restart();
-    assert_eq!(quota::project_of(&served.volume_dir(&a)).unwrap().id, a_project);
+    assert_eq!(
+        quota::project_of(&served.volume_dir(&a)).unwrap().id,
+        a_project
+    );
     assert_eq!(q.usage(a_project).unwrap().limits.bytes, 4 * MIB);
     let before = q.usage(a_project).unwrap().bytes;
     let w = write_until_error(&pod.target.join("fill"), 16 * MIB, NOBODY);
@@ -96,14 +111,20 @@ pub fn node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees
         let mut csi = served.client().await;
         let (bytes, _, message) = stats(&mut csi, &a, &pod.target).await;
         assert_eq!(bytes.total as u64, 4 * MIB);
-        assert!(message.contains(&format!("project quota {a_project}")), "{message}");
+        assert!(
+            message.contains(&format!("project quota {a_project}")),
+            "{message}"
+        );
         let b = csi_node::create(&mut csi, "pvc-b", MIB as i64).await;
         assert_eq!(served.recorded_project(&b), Some(FIRST + 2));
         // Deletion frees the ID: once the kernel has dropped its record, it is the next one
         // handed out again.
         remove(&mut csi, &a, &pod).await;
         assert!(!served.volume_dir(&a).exists());
-        assert!(record_gone(&q, a_project), "project {a_project} still in use");
+        assert!(
+            record_gone(&q, a_project),
+            "project {a_project} still in use"
+        );
         let c = csi_node::create(&mut csi, "pvc-c", MIB as i64).await;
         assert_eq!(served.recorded_project(&c), Some(a_project));
     });
@@ -129,7 +150,10 @@ pub fn an_ephemeral_inline_volume_with_a_size_is_held_to_it(kind: FsKind) {
             ]),
             ..Default::default()
         };
-        csi.node.node_publish_volume(publish).await.expect("publish");
+        csi.node
+            .node_publish_volume(publish)
+            .await
+            .expect("publish");
         let project = served.recorded_project(id).expect("recorded");
         let before = q.usage(project).unwrap().bytes;
         let w = write_until_error(&pod.target.join("fill"), 16 * MIB, NOBODY);
