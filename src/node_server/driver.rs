@@ -231,6 +231,15 @@ impl Driver {
             )?),
             None => None,
         };
+        // Checked on the request's paths already; resolved, a symlink could still nest them.
+        if let Some(staging) = &staging
+            && validate::nested(&target, staging)
+        {
+            return Err(NodeError::TargetNestedWithStaging {
+                target,
+                staging: staging.clone(),
+            });
+        }
         let created = match &req.ephemeral {
             Some(context) => ephemeral::open(&self.volumes, id, context)?.1,
             None => false,

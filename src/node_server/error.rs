@@ -31,6 +31,13 @@ pub enum NodeError {
         path: PathBuf,
         state_dir: PathBuf,
     },
+    /// A target that resolves to (or into) the staging path, or the other way round.
+    #[error(
+        "target_path {} and staging_target_path {} are the same or one is inside the other",
+        target.display(),
+        staging.display()
+    )]
+    TargetNestedWithStaging { target: PathBuf, staging: PathBuf },
     #[error("the parent directory of {field} does not exist")]
     MissingParent { field: &'static str },
     /// A stats or expand path that is not there: the volume is not there, as the spec words it.

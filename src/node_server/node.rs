@@ -33,9 +33,10 @@ pub struct NodeService(pub(super) Arc<Driver>);
 fn status(error: NodeError) -> Status {
     use NodeError as E;
     let code = match &error {
-        E::OverlapsState { .. } | E::Publish(P::NoParent { .. }) | E::EphemeralSize(_) => {
-            Code::InvalidArgument
-        }
+        E::OverlapsState { .. }
+        | E::TargetNestedWithStaging { .. }
+        | E::Publish(P::NoParent { .. })
+        | E::EphemeralSize(_) => Code::InvalidArgument,
         E::Volume(V::NotFound { .. }) | E::UnknownButMounted { .. } | E::PathNotFound { .. } => {
             Code::NotFound
         }
@@ -211,6 +212,16 @@ impl Node for NodeService {
             }
             path => Some(validate::path("staging_target_path", path)?),
         };
+        if let Some(staging) = staging.as_ref().filter(|_| !ephemeral)
+            && validate::nested(&target, staging)
+        {
+            return Err(Status::invalid_argument(format!(
+                "target_path {} and staging_target_path {} are the same or one is inside the \
+                 other: the volume cannot be published onto its own staging mount",
+                target.display(),
+                staging.display()
+            )));
+        }
         cap.require_filesystem()?;
         let publish = PublishRequest {
             id: id.clone(),

@@ -89,6 +89,12 @@ pub fn normalise(value: &str) -> Result<PathBuf, &'static str> {
     Ok(out)
 }
 
+/// Whether one path is the other or inside it: a target so placed would mount onto (or
+/// under) the staging mount it binds from.
+pub fn nested(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
 /// A required absolute path from a request.
 pub fn path(field: &str, value: &str) -> Result<PathBuf, Status> {
     required(field, value)?;

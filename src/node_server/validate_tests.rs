@@ -161,3 +161,13 @@ fn names_may_hold_any_unicode_but_the_excluded_control_characters() {
     let err = name("a\u{1b}b").unwrap_err();
     assert!(err.message().contains("U+001B"), "{err}");
 }
+
+#[test]
+fn a_path_is_nested_in_another_when_it_is_it_or_below_it_component_wise() {
+    let p = Path::new;
+    assert!(nested(p("/a/b"), p("/a/b")));
+    assert!(nested(p("/a/b/c"), p("/a/b")));
+    assert!(nested(p("/a"), p("/a/b")));
+    assert!(!nested(p("/a/bc"), p("/a/b")));
+    assert!(!nested(p("/x/t"), p("/x/s")));
+}
