@@ -17,6 +17,7 @@ mod http_flood;
 mod logging;
 mod loop_device_safety;
 mod loop_devices;
+mod node_server_careless_requests;
 mod node_server_concurrency;
 mod node_server_controller_errors;
 mod node_server_lifecycle;

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use super::capacity;
 use super::error::NodeError;
 use super::mount::Mounter;
-use super::volumes::{Record, Volumes};
+use super::publish;
+use super::volumes::{Record, VolumeError, Volumes};
 
 /// Set by the kubelet on CSI ephemeral inline volumes.
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
@@ -44,11 +45,22 @@ pub fn open(
     Ok((volumes.create(record)?, true))
 }
 
-/// Removes an ephemeral volume once unpublished; other volumes are left alone.
+/// Removes an ephemeral volume once unpublished from its last target; other volumes are
+/// left alone. Still published at another target, it stays until that one is unpublished.
 pub fn remove(volumes: &Volumes, mounter: &dyn Mounter, id: &str) -> Result<(), NodeError> {
     match volumes.get(id) {
         Some(record) if record.ephemeral => {
             let table = mounter.mount_table()?;
+            let dir = volumes.path_of(id);
+            if dir.exists()
+                && let Some(at) = publish::first_user(&table, &dir).map_err(VolumeError::from)?
+            {
+                log::debug!(
+                    "ephemeral volume {id} stays: still published at {}",
+                    at.display()
+                );
+                return Ok(());
+            }
             Ok(volumes.delete(id, &table)?)
         }
         _ => Ok(()),
