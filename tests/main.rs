@@ -24,6 +24,7 @@ mod node_server_lifecycle;
 mod node_server_mount_table;
 mod node_server_node_errors;
 mod node_server_oversize_requests;
+mod node_server_quota_modes;
 mod node_server_sanity;
 mod packaging_image;
 mod packaging_manifests;

@@ -1,0 +1,127 @@
+//! `--quota` on this machine, whose kernel cannot enforce project quotas on the state
+//! directory: the real binary with `auto` starts, says why once and in every volume's stats;
+//! `on` refuses to start with one line and exit 1; `off` says quotas are off and never looks.
+//! (Where quotas do hold, the quota VM test drives the same binary.)
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::csi_node::*;
+
+/// The binary with `--quota=<mode>` on a state directory in `sandbox`, until it is up.
+async fn start(sandbox: &MountSandbox, mode: &str) -> (common::KillOnDrop, Csi) {
+    let socket = sandbox.path().join(format!("{mode}.sock"));
+    let state = sandbox.path().join(mode);
+    let flag = format!("--quota={mode}");
+    let child = common::spawn_node_server(&socket, &state, &["--node-id=n", &flag]);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || common::is_socket(&socket)).await,
+        "node-server --quota={mode} did not start:\n{}",
+        child.stderr()
+    );
+    (child, connect(&socket).await)
+}
+
+/// The stats condition of two staged volumes.
+async fn conditions(csi: &mut Csi, sandbox: &MountSandbox) -> Vec<String> {
+    let mut messages = Vec::new();
+    for name in ["pvc-a", "pvc-b"] {
+        let id = create(csi, name, 1 << 20).await;
+        let staging = sandbox.path().join(format!("staging-{name}"));
+        csi.node
+            .node_stage_volume(stage_request(&id, &staging))
+            .await
+            .unwrap();
+        let stats = csi
+            .node
+            .node_get_volume_stats(stats_request(&id, &staging.display().to_string()))
+            .await
+            .unwrap()
+            .into_inner();
+        let condition = stats.volume_condition.unwrap();
+        assert!(!condition.abnormal, "{condition:?}");
+        messages.push(condition.message);
+        csi.node
+            .node_unstage_volume(unstage_request(&id, &staging))
+            .await
+            .unwrap();
+    }
+    messages
+}
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_auto_where_quotas_cannot_hold_starts_and_says_why_once_and_in_every_stats() {
+    let sandbox = MountSandbox::new();
+    let (child, mut csi) = start(&sandbox, "auto").await;
+    let messages = conditions(&mut csi, &sandbox).await;
+    let logs = child.stderr();
+    let said: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("accounted, not enforced"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once at start-up:\n{logs}");
+    let reason = said[0].split("] ").nth(1).expect("a klog line");
+    assert!(
+        reason.contains(&*sandbox.path().to_string_lossy()),
+        "{reason}"
+    );
+    for message in messages {
+        assert!(message.starts_with("volume is mounted; "), "{message}");
+        assert!(message.contains(reason), "{message} lacks {reason}");
+        assert!(message.contains("shared filesystem"), "{message}");
+    }
+}
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_off_says_quotas_are_off_and_never_looks_at_the_filesystem() {
+    let sandbox = MountSandbox::new();
+    let (child, mut csi) = start(&sandbox, "off").await;
+    for message in conditions(&mut csi, &sandbox).await {
+        assert!(
+            message.contains("quotas are off (--quota=off)"),
+            "{message}"
+        );
+    }
+    let logs = child.stderr();
+    // Had it looked, it would name the filesystem, as auto does.
+    assert!(logs.contains("quotas are off (--quota=off)"), "{logs}");
+    assert!(!logs.contains("project quota"), "{logs}");
+}
+
+#[test]
+fn quota_on_where_quotas_cannot_hold_refuses_to_start_with_one_line_and_exit_1() {
+    let sandbox = MountSandbox::new();
+    let state = sandbox.path().join("state");
+    let socket = sandbox.path().join("on.sock");
+    let out = Command::new(common::binary())
+        .arg("node-server")
+        .arg(format!("--endpoint=unix://{}", socket.display()))
+        .arg(format!("--state-dir={}", state.display()))
+        .args(["--node-id=n", "--quota=on"])
+        .output()
+        .expect("run node-server");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("--quota=on: "), "{stderr}");
+    assert!(
+        stderr.contains(&*state.join("volumes").to_string_lossy()),
+        "{stderr}"
+    );
+    assert!(!Path::new(&socket).exists(), "it never listened");
+    let bad = Command::new(common::binary())
+        .args(["node-server", "--quota=yes"])
+        .output()
+        .expect("run node-server");
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("--quota") && stderr.contains("yes"),
+        "{stderr}"
+    );
+}
