@@ -31,7 +31,10 @@
 //!   `controller` (one file per CSI service, each with its error → gRPC code table), `error`
 //!   (what each service's operations can fail with), `volumes` + `store` (records, atomic
 //!   writes, per-volume locks), `publish` + `mount` + `mountinfo` (bind mounts; the mount table
-//!   is the truth), `validate` (request checks → exact gRPC codes), `capacity`, `ephemeral`.
+//!   is the truth), `validate` (request checks → exact gRPC codes) + `field_limits` (the CSI
+//!   spec's size limits, the bound on a request), `capacity`, `ephemeral`, `quota` (project
+//!   quotas by syscalls) + `volume_quota` (what volumes get from it: a limit of their size,
+//!   their own stats).
 //! - [`registrar`] — drop-in node-driver-registrar (`registrar` mode): `service` (the
 //!   Registration API and the status it feeds), `supervise` (driver watch, socket healing,
 //!   re-registration), `health` (`/healthz`, `/readyz`, `/metrics`).

@@ -26,11 +26,11 @@ pub const MAX_MOUNT_FLAGS: usize = 4096;
 pub const MAX_PATH: usize = 4096;
 
 /// The largest request node-server decodes. The largest legal fixed-shape request,
-/// NodePublishVolume, encodes to about 60 KiB (three 4 KiB maps at up to 13 KiB each when
-/// their keys are one or two bytes, 4 KiB of mount flags at 12 KiB, two 4 KiB paths); the
-/// rest is room for CreateVolume's repeated capabilities and topologies (some 1,500 terms
-/// from an external-provisioner without `--strict-topology`). A larger message is refused
-/// with RESOURCE_EXHAUSTED from its 5-byte length prefix, before it is buffered.
+/// NodePublishVolume, encodes to about 58 KiB (three 4 KiB maps at 12 KiB each with two-byte
+/// keys, 4 KiB of one-byte mount flags at 12 KiB, two 4 KiB paths; a test pins it); the rest
+/// is room for CreateVolume's repeated capabilities and topologies (some 1,500 terms from an
+/// external-provisioner without `--strict-topology`). A larger message is refused with
+/// RESOURCE_EXHAUSTED from its 5-byte length prefix, before it is buffered.
 pub const MAX_REQUEST: usize = 256 << 10;
 
 /// A request whose fields are checked against the spec's limits.
@@ -291,29 +291,39 @@ mod tests {
     }
 
     #[test]
-    fn the_request_bound_holds_the_largest_legal_node_publish_with_room_to_spare() {
+    fn the_request_bound_holds_the_largest_legal_node_publish_three_times_over() {
         use prost::Message;
-        // Two-byte keys give the most encoding per byte of content.
-        let map: HashMap<String, String> = (0..2048u16)
-            .map(|i| {
-                (
-                    String::from_utf8_lossy(&i.to_be_bytes()).into_owned(),
-                    String::new(),
-                )
-            })
-            .filter(|(k, _)| k.len() == 2)
-            .collect();
+        // Two-byte keys and empty values give the most encoding per byte of content (one-byte
+        // ones more still, but there are only so many distinct ones).
+        let alphabet: Vec<char> = ('0'..='9').chain('a'..='z').chain('A'..='Z').collect();
+        let keys = alphabet
+            .iter()
+            .flat_map(|a| alphabet.iter().map(move |b| format!("{a}{b}")));
+        let map: HashMap<String, String> =
+            keys.take(MAX_MAP / 2).map(|k| (k, String::new())).collect();
+        let cap = VolumeCapability {
+            access_type: Some(volume_capability::AccessType::Mount(
+                volume_capability::MountVolume {
+                    fs_type: "f".repeat(MAX_STRING),
+                    mount_flags: vec!["x".into(); MAX_MOUNT_FLAGS],
+                    volume_mount_group: "g".repeat(MAX_STRING),
+                },
+            )),
+            access_mode: None,
+        };
         let request = NodePublishVolumeRequest {
             volume_id: "v".repeat(MAX_STRING),
             publish_context: map.clone(),
             staging_target_path: "/".repeat(MAX_PATH - 1),
             target_path: "/".repeat(MAX_PATH - 1),
+            volume_capability: Some(cap),
+            readonly: true,
             secrets: map.clone(),
             volume_context: map,
-            ..Default::default()
         };
         request.check_sizes().expect("legal");
         let size = request.encoded_len();
+        assert!((50 << 10..70 << 10).contains(&size), "{size} bytes");
         assert!(size * 3 < MAX_REQUEST, "{size} bytes");
     }
 }
