@@ -173,7 +173,15 @@ impl VolumeQuotas {
     /// How a volume's size holds: its project's usage and limit, or why it is not enforced.
     pub fn hold(&self, record: &Record) -> Result<Hold, QuotaError> {
         let (fs, id) = match (self, record.project_id) {
-            (Self::AccountOnly { reason }, _) => return Ok(Hold::Accounted(reason.clone())),
+            (Self::AccountOnly { reason }, None) => return Ok(Hold::Accounted(reason.clone())),
+            // Its limit stays in the filesystem (as with --quota=off on a prepared one), but
+            // is neither read nor kept up to date now.
+            (Self::AccountOnly { reason }, Some(id)) => {
+                return Ok(Hold::Accounted(format!(
+                    "{reason}; its project quota {id}, set while sizes were enforced, may \
+                     still limit it"
+                )));
+            }
             (Self::Enforcing { .. }, None) => {
                 return Ok(Hold::Accounted(
                     "the volume was created while sizes were not enforced (with --quota=off, \
@@ -226,7 +234,17 @@ mod tests {
         let reason = q.reason().expect("a reason").to_owned();
         assert!(reason.contains("--quota=off"), "{reason}");
         assert_eq!(q.allocate().unwrap(), None);
-        assert_eq!(q.hold(&record(Some(7))).unwrap(), Hold::Accounted(reason));
+        assert_eq!(
+            q.hold(&record(None)).unwrap(),
+            Hold::Accounted(reason.clone())
+        );
+        let Hold::Accounted(why) = q.hold(&record(Some(7))).unwrap() else {
+            panic!("not enforced")
+        };
+        assert!(
+            why.starts_with(&reason) && why.contains("project quota 7"),
+            "{why}"
+        );
         q.apply(&record(Some(7))).unwrap();
         q.release(&record(Some(7))).unwrap();
     }
