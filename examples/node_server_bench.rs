@@ -1,5 +1,6 @@
 //! Figures for `node-server`, printed (not asserted): resident memory idle, after a volume
-//! lifecycle and after load; and NodePublish+NodeUnpublish pairs per second with real bind
+//! lifecycle, after a handful of hostile requests (1–4 MB names and contexts) and after load;
+//! and NodePublish+NodeUnpublish pairs per second with real bind
 //! mounts at concurrency 1, 8 and 32 (each worker on its own staged volume).
 //!
 //! Runs the real binary: the static release build if present (`scripts/build-static.sh`),
@@ -130,6 +131,45 @@ async fn run_level(
     (all.len() as f64 / elapsed, at(0.5), at(0.99))
 }
 
+/// Sixteen requests of 1–4 MB (names, volume contexts; the last eight at once), as a careless
+/// or hostile client sends them; the codes node-server answered.
+async fn hostile(c: &Clients, dir: &Path) -> Vec<tonic::Code> {
+    let create = |name: String| CreateVolumeRequest {
+        name,
+        volume_capabilities: vec![capability()],
+        ..Default::default()
+    };
+    let code = |r: Result<(), tonic::Status>| r.map_or_else(|s| s.code(), |()| tonic::Code::Ok);
+    let mut c = c.clone();
+    let mut codes = Vec::new();
+    for mib in [1, 2, 4, 4] {
+        let request = create("n".repeat(mib << 20));
+        codes.push(code(c.controller.create_volume(request).await.map(drop)));
+    }
+    for i in 0..4 {
+        let request = NodePublishVolumeRequest {
+            volume_id: format!("vol-{i}"),
+            staging_target_path: dir.join("s").display().to_string(),
+            target_path: dir.join("t").display().to_string(),
+            volume_capability: Some(capability()),
+            volume_context: [("k".to_owned(), "v".repeat(4 << 20))].into(),
+            ..Default::default()
+        };
+        codes.push(code(c.node.node_publish_volume(request).await.map(drop)));
+    }
+    let at_once: Vec<_> = (0..8)
+        .map(|i| {
+            let mut c = c.clone();
+            let request = create(format!("{i}{}", "n".repeat(4 << 20)));
+            tokio::spawn(async move { c.controller.create_volume(request).await.map(drop) })
+        })
+        .collect();
+    for call in at_once {
+        codes.push(code(call.await.expect("join")));
+    }
+    codes
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
     let seconds: f64 = std::env::var("BENCH_SECONDS")
@@ -200,6 +240,10 @@ async fn main() {
         .expect("delete");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after_lifecycle = memory_kib(pid);
+    let mut answers = hostile(&clients, &dir).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_hostile = memory_kib(pid);
+    answers.dedup();
 
     println!("node-server benchmark: {}", bin.display());
     println!(
@@ -218,6 +262,12 @@ async fn main() {
         "after one lifecycle",
         mb(after_lifecycle.0),
         mb(after_lifecycle.1)
+    );
+    println!(
+        "{:<28}{:>10}{:>12}   answered {answers:?}",
+        "after 16 requests of 1-4 MB",
+        mb(after_hostile.0),
+        mb(after_hostile.1),
     );
     println!();
     println!(

@@ -98,13 +98,7 @@ fn quota_on_where_quotas_cannot_hold_refuses_to_start_with_one_line_and_exit_1()
     let sandbox = MountSandbox::new();
     let state = sandbox.path().join("state");
     let socket = sandbox.path().join("on.sock");
-    let out = Command::new(common::binary())
-        .arg("node-server")
-        .arg(format!("--endpoint=unix://{}", socket.display()))
-        .arg(format!("--state-dir={}", state.display()))
-        .args(["--node-id=n", "--quota=on"])
-        .output()
-        .expect("run node-server");
+    let out = common::node_server_output(&socket, &state, &["--node-id=n", "--quota=on"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");

@@ -142,6 +142,17 @@ pub fn hung_listener(path: &Path, forward_to: Option<PathBuf>) -> tokio::task::J
     })
 }
 
+/// Runs `csi-nodekit node-server` to its exit (for the ways it refuses to start).
+pub fn node_server_output(socket: &Path, state_dir: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .arg("node-server")
+        .arg(format!("--endpoint=unix://{}", socket.display()))
+        .arg(format!("--state-dir={}", state_dir.display()))
+        .args(extra)
+        .output()
+        .expect("run node-server")
+}
+
 /// Starts a process of the binary (or anything else) for a test: no stdin, its stderr (its
 /// logs) captured for the test, see [`KillOnDrop`].
 pub fn spawn(command: &mut Command, what: &str) -> KillOnDrop {

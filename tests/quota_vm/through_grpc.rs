@@ -176,16 +176,9 @@ pub fn node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_wh
     };
     let fs = TestFs::new(kind, prep);
     let scratch = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(crate::common::binary())
-        .arg("node-server")
-        .arg(format!(
-            "--endpoint=unix://{}",
-            scratch.path().join("on.sock").display()
-        ))
-        .arg(format!("--state-dir={}", fs.mnt.join("on").display()))
-        .args(["--node-id=vm", "--quota=on"])
-        .output()
-        .expect("run node-server");
+    let socket = scratch.path().join("on.sock");
+    let flags = ["--node-id=vm", "--quota=on"];
+    let out = crate::common::node_server_output(&socket, &fs.mnt.join("on"), &flags);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
