@@ -138,11 +138,6 @@ impl Volumes {
         }))
     }
 
-    /// Why sizes are not enforced on this node, unless they are.
-    pub fn quota_reason(&self) -> Option<&str> {
-        self.quotas.reason()
-    }
-
     fn inner(&self) -> MutexGuard<'_, Inner> {
         lock(&self.inner)
     }
