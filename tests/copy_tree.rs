@@ -306,3 +306,41 @@ fn copy_file_keeps_holes_of_a_block_image_on_ext4() {
 fn copy_file_reflinks_a_block_image_on_xfs() {
     copy_file_keeps_a_sparse_image_on(Kind::Xfs);
 }
+
+/// A restore or clone copies into the volume directory the create path prepared: the copy
+/// keeps everything the tree holds, and every entry it makes inherits what that directory
+/// passes on (here an XFS project ID with PROJINHERIT, as a volume's quota gives it).
+#[test]
+#[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
+fn a_copy_into_a_prepared_directory_keeps_the_tree_and_inherits_its_project() {
+    use csi_nodekit::node_server::quota::{project_of, set_project};
+    let fs = ScratchFs::new(Kind::Xfs);
+    let src = fs.path().join("src");
+    let left_out = tree_fixture::build(&src);
+    let dst = fs.path().join("volume");
+    fs::create_dir(&dst).expect("prepare");
+    set_project(&dst, 42).expect("set project");
+    let report = copy::copy_tree_into(&src, &dst, Options::default()).expect("copy");
+    assert!(report.used_reflinks(), "{report:?}");
+    assert!(report.bytes_allocated > 0 && report.bytes_allocated < report.bytes);
+    tree_fixture::assert_same(&src, &dst, &left_out);
+    for rel in tree_fixture::walk(&dst) {
+        let path = dst.join(&rel);
+        let kind = fs::symlink_metadata(&path).expect("stat").file_type();
+        if kind.is_dir() || kind.is_file() {
+            let project = project_of(&path).expect("project").id;
+            assert_eq!(project, 42, "{} is in project {project}", rel.display());
+        }
+    }
+    let again = copy::copy_tree_into(&src, &dst, Options::default());
+    assert!(
+        matches!(again, Err(CopyError::DestinationNotEmpty(_))),
+        "{again:?}"
+    );
+    let file = dst.join("big");
+    let into_file = copy::copy_tree_into(&src, &file, Options::default());
+    assert!(
+        matches!(into_file, Err(CopyError::BadDestination(_))),
+        "{into_file:?}"
+    );
+}

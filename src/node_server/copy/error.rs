@@ -27,6 +27,9 @@ pub enum CopyError {
     /// The destination (or its temporary name) is taken: a copy never replaces anything.
     #[error("destination {} already exists", .0.display())]
     DestinationExists(PathBuf),
+    /// A copy into a directory needs it empty: it never mixes with what is there.
+    #[error("destination {} is not empty", .0.display())]
+    DestinationNotEmpty(PathBuf),
     #[error("source {} is not a directory", .0.display())]
     SourceNotADirectory(PathBuf),
     #[error("source {} is not a regular file", .0.display())]
@@ -43,6 +46,21 @@ pub enum CopyError {
     /// Removal refused to descend into another mount.
     #[error("{} is a mount point; nothing under it is removed", .0.display())]
     MountPoint(PathBuf),
+}
+
+impl CopyError {
+    /// Whether the destination ran out of room (`ENOSPC`, or a quota's `EDQUOT`): the caller's
+    /// RESOURCE_EXHAUSTED, where other failures are internal.
+    pub fn is_out_of_space(&self) -> bool {
+        let source = match self {
+            CopyError::Io { source, .. } | CopyError::Xattr { source, .. } => source,
+            _ => return false,
+        };
+        matches!(
+            source.raw_os_error(),
+            Some(code) if code == Errno::ENOSPC as i32 || code == Errno::EDQUOT as i32
+        )
+    }
 }
 
 /// `map_err(at("open", path))` for an `io::Error`.

@@ -82,6 +82,9 @@ pub struct Report {
     pub bytes_reflinked: u64,
     /// Data bytes written out (`copy_file_range`, or read and write); holes are not.
     pub bytes_written: u64,
+    /// The blocks the source's regular files had allocated, in bytes: what the copy holds
+    /// once nothing is shared with the source any more (holes excluded).
+    pub bytes_allocated: u64,
     /// Regular files copied by a reflink.
     pub files_reflinked: u64,
     /// Entries listed but gone before they could be copied.
@@ -138,10 +141,8 @@ fn destination(dst: &Path) -> Result<(File, PathBuf, OsString), CopyError> {
     }
 }
 
-/// Copies the directory tree `src` to the new directory `dst` (which must not exist; its
-/// parent must). On success `dst` is complete and durable; on failure it does not exist and
-/// the temporary tree is removed.
-pub fn copy_tree(src: &Path, dst: &Path, options: Options) -> Result<Report, CopyError> {
+/// The source root of a tree copy, open, with its `statx`.
+fn open_source_dir(src: &Path) -> Result<(File, sys::Stat), CopyError> {
     let src_dir = match sys::open_dir(nix::fcntl::AT_FDCWD, src.as_os_str()) {
         Ok(fd) => File::from(fd),
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
@@ -150,22 +151,55 @@ pub fn copy_tree(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
         Err(e) => return Err(errno_at("open", src)(e)),
     };
     let root = sys::statx(src_dir.as_fd(), OsStr::new("")).map_err(errno_at("stat", src))?;
+    Ok((src_dir, root))
+}
+
+/// Walks `src` into the open directory `dst_dir` (shown as `dst`) and flushes the result.
+fn walk_into(
+    src: &Path,
+    (src_dir, root): (File, sys::Stat),
+    dst: PathBuf,
+    dst_dir: &File,
+    options: Options,
+) -> Result<Report, CopyError> {
+    let clone = || dst_dir.try_clone().map_err(error::at("open", &dst));
+    let walker = tree::Walker::new(options, src, root, dst.clone(), clone()?)?;
+    let report = walker.run(src_dir, clone()?)?;
+    syncfs(dst_dir.as_fd()).map_err(errno_at("sync", &dst))?;
+    Ok(report)
+}
+
+/// Copies the directory tree `src` to the new directory `dst` (which must not exist; its
+/// parent must). On success `dst` is complete and durable; on failure it does not exist and
+/// the temporary tree is removed.
+pub fn copy_tree(src: &Path, dst: &Path, options: Options) -> Result<Report, CopyError> {
+    let source = open_source_dir(src)?;
     let (parent, parent_path, name) = destination(dst)?;
     let (partial, dst_dir) = Partial::dir(&parent, &parent_path, &name)?;
-    let walker = tree::Walker::new(
-        options,
-        src,
-        root,
-        partial.path(),
-        dst_dir.try_clone().map_err(error::at("open", dst))?,
-    )?;
-    let report = walker.run(
-        src_dir,
-        dst_dir.try_clone().map_err(error::at("open", dst))?,
-    )?;
-    syncfs(dst_dir.as_fd()).map_err(errno_at("sync", &partial.path()))?;
+    let report = walk_into(src, source, partial.path(), &dst_dir, options)?;
     partial.commit(&name)?;
     Ok(report)
+}
+
+/// Copies the contents of the tree `src` into `dst`, an existing empty directory, which takes
+/// `src`'s owner, mode, attributes and times as well. For restores and clones into a volume
+/// directory prepared by the normal create path, so that whatever that directory passes on
+/// (a quota project, a default ACL) reaches every file copied. There is no temporary name: the
+/// caller's record is the commit, and on failure the caller removes `dst`. Durable on success.
+pub fn copy_tree_into(src: &Path, dst: &Path, options: Options) -> Result<Report, CopyError> {
+    let source = open_source_dir(src)?;
+    let dst_dir = match sys::open_dir(nix::fcntl::AT_FDCWD, dst.as_os_str()) {
+        Ok(fd) => File::from(fd),
+        Err(Errno::ENOTDIR | Errno::ELOOP) => {
+            return Err(CopyError::BadDestination(dst.to_owned()));
+        }
+        Err(e) => return Err(errno_at("open", dst)(e)),
+    };
+    let names = sys::read_names(dst_dir.as_fd()).map_err(errno_at("read directory", dst))?;
+    if !names.is_empty() {
+        return Err(CopyError::DestinationNotEmpty(dst.to_owned()));
+    }
+    walk_into(src, source, dst.to_owned(), &dst_dir, options)
 }
 
 /// Copies the regular file `src` to the new file `dst` (which must not exist): data with
@@ -204,6 +238,7 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
         bytes: stat.size,
         bytes_reflinked: copied.reflinked,
         bytes_written: copied.written,
+        bytes_allocated: stat.blocks.saturating_mul(512),
         files_reflinked: u64::from(copied.reflinked > 0),
         skipped: refused
             .into_iter()

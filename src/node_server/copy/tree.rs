@@ -246,6 +246,7 @@ impl<'a> Walker<'a> {
         report.bytes += stat.size;
         report.bytes_reflinked += copied.reflinked;
         report.bytes_written += copied.written;
+        report.bytes_allocated += stat.blocks.saturating_mul(512);
         report.files_reflinked += u64::from(copied.reflinked > 0);
         self.remember(&stat, rel);
         Ok(Step::Done)
