@@ -36,17 +36,22 @@ async fn create_volume_refuses_missing_and_unsupported_fields_with_exact_codes()
         ..create_request("n", 0)
     };
     assert_eq!(code(c.create_volume(inverted).await), Code::OutOfRange);
-    let clone = CreateVolumeRequest {
-        volume_content_source: Some(VolumeContentSource {
-            r#type: Some(volume_content_source::Type::Volume(
-                volume_content_source::VolumeSource {
-                    volume_id: "x".into(),
-                },
-            )),
-        }),
-        ..create_request("n", 1)
-    };
-    assert_eq!(code(c.create_volume(clone).await), Code::InvalidArgument);
+    // A content source must name a snapshot or a volume, by a non-empty ID.
+    for source in [
+        None,
+        Some(volume_content_source::Type::Volume(
+            volume_content_source::VolumeSource::default(),
+        )),
+        Some(volume_content_source::Type::Snapshot(
+            volume_content_source::SnapshotSource::default(),
+        )),
+    ] {
+        let clone = CreateVolumeRequest {
+            volume_content_source: Some(VolumeContentSource { r#type: source }),
+            ..create_request("n", 1)
+        };
+        assert_eq!(code(c.create_volume(clone).await), Code::InvalidArgument);
+    }
     let elsewhere = CreateVolumeRequest {
         accessibility_requirements: Some(TopologyRequirement {
             requisite: vec![Topology {
@@ -329,10 +334,10 @@ async fn identity_and_node_info_describe_the_driver_and_pin_volumes_to_this_node
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 5);
-    let snapshot = CreateSnapshotRequest::default();
+    assert_eq!(caps.capabilities.len(), 8);
+    let publish = ControllerPublishVolumeRequest::default();
     assert_eq!(
-        code(csi.controller.create_snapshot(snapshot).await),
+        code(csi.controller.controller_publish_volume(publish).await),
         Code::Unimplemented
     );
     server.stop().await;

@@ -59,6 +59,20 @@ pub fn choose_size(required: u64, limit: u64) -> u64 {
     }
 }
 
+/// The size of a new volume for a range when it starts with the content of a source of
+/// `source` bytes: what [`choose_size`] gives, raised to the source's size (the source's size
+/// when no range is given); `None` when the range's limit is below the source.
+pub fn size_with_source(required: u64, limit: u64, source: Option<u64>) -> Option<u64> {
+    let Some(source) = source else {
+        return Some(choose_size(required, limit));
+    };
+    let size = match (required, limit) {
+        (0, 0) if source > 0 => source,
+        _ => choose_size(required, limit).max(source),
+    };
+    (limit == 0 || size <= limit).then_some(size)
+}
+
 /// Whether an existing volume of `size` satisfies a repeated request for the same name.
 pub fn satisfies(size: u64, required: u64, limit: u64) -> bool {
     size >= required && (limit == 0 || size <= limit)
@@ -110,6 +124,27 @@ mod tests {
         assert_eq!(choose_size(5, 10), 5);
         assert_eq!(choose_size(0, 1000), 1000);
         assert_eq!(choose_size(0, 10 << 30), DEFAULT_SIZE);
+    }
+
+    #[test]
+    fn a_volume_from_a_source_is_never_smaller_than_the_source() {
+        assert_eq!(size_with_source(5, 10, None), Some(5));
+        assert_eq!(
+            size_with_source(0, 0, Some(100)),
+            Some(100),
+            "the source's size"
+        );
+        assert_eq!(size_with_source(0, 0, Some(0)), Some(DEFAULT_SIZE));
+        assert_eq!(size_with_source(200, 0, Some(100)), Some(200));
+        assert_eq!(
+            size_with_source(50, 0, Some(100)),
+            Some(100),
+            "raised to the source"
+        );
+        assert_eq!(size_with_source(50, 100, Some(100)), Some(100));
+        assert_eq!(size_with_source(0, 1000, Some(100)), Some(1000));
+        assert_eq!(size_with_source(50, 99, Some(100)), None, "OUT_OF_RANGE");
+        assert_eq!(size_with_source(99, 99, Some(100)), None);
     }
 
     #[test]

@@ -1,17 +1,19 @@
 //! The CSI Controller service for this node's own volumes (external-provisioner's node
-//! deployment): create, delete, validate, list, capacity, expand. Volumes are pinned to this
-//! node by topology. Snapshots and controller publish are not offered.
+//! deployment): create (empty, restored from a snapshot, or cloned), delete, validate, list,
+//! capacity, expand; the snapshot calls are in `controller_snapshots`. Volumes are pinned to
+//! this node by topology. Controller publish is not offered.
 
 use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
+use super::controller_snapshots as snapshots;
 use super::driver::Driver;
 use super::error::ControllerError;
 use super::field_limits::SizeLimits;
 use super::quota::QuotaError;
-use super::validate::{self, decode_token, encode_token};
-use super::volumes::VolumeError as V;
+use super::validate::{self, decode_token, encode_token, volume_id_problem};
+use super::volumes::{ContentSource, VolumeError as V};
 use crate::proto::csi::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
@@ -23,36 +25,42 @@ use crate::proto::csi::{
     DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest, GetCapacityResponse,
     GetSnapshotRequest, GetSnapshotResponse, ListSnapshotsRequest, ListSnapshotsResponse,
     ListVolumesRequest, ListVolumesResponse, ValidateVolumeCapabilitiesRequest,
-    ValidateVolumeCapabilitiesResponse, controller_server::Controller,
+    ValidateVolumeCapabilitiesResponse, VolumeContentSource, controller_server::Controller,
     controller_service_capability, list_volumes_response,
-    validate_volume_capabilities_response::Confirmed,
+    validate_volume_capabilities_response::Confirmed, volume_content_source,
 };
 
 pub struct ControllerService(pub(super) Arc<Driver>);
 
 /// The gRPC code of every failure of a Controller call, as the CSI spec's error tables for
 /// CreateVolume, DeleteVolume, ControllerExpandVolume and GetCapacity name them. (Malformed
-/// requests are refused earlier, by `validate`, with INVALID_ARGUMENT.)
+/// requests are refused earlier, by `validate`, with INVALID_ARGUMENT; snapshot calls have
+/// their own table, `controller_snapshots::status`.)
 fn status(error: ControllerError) -> Status {
     use ControllerError as E;
     let code = match &error {
-        E::Volume(V::NotFound { .. }) => Code::NotFound,
-        // "Volume already exists but is incompatible".
-        E::NameTaken { .. } => Code::AlreadyExists,
+        // "Source does not exist" too.
+        E::Volume(V::NotFound { .. }) | E::SourceNotFound { .. } => Code::NotFound,
+        // "Volume already exists but is incompatible" (size or content source).
+        E::NameTaken { .. } | E::OtherSource { .. } => Code::AlreadyExists,
         // DeleteVolume of a volume that is still mounted.
         E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
-        // "Operation pending for volume".
-        E::Volume(V::Busy { .. }) => Code::Aborted,
+        // "Operation pending for volume" (or for the source: it is being deleted or copied).
+        E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project
         // IDs to enforce it with).
         E::Volume(V::NoSpace { .. } | V::Quota(QuotaError::Exhausted { .. })) => {
             Code::ResourceExhausted
         }
-        // "Unsupported capacity" on expansion.
-        E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } => Code::OutOfRange,
+        E::Copy(e) if e.is_out_of_space() => Code::ResourceExhausted,
+        // "Unsupported capacity" on expansion, or smaller than the source.
+        E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } | E::SourceTooLarge { .. } => {
+            Code::OutOfRange
+        }
         E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
         | E::Mount(_)
-        | E::Worker(_) => Code::Internal,
+        | E::Worker(_)
+        | E::Copy(_) => Code::Internal,
     };
     Status::new(code, error.to_string())
 }
@@ -76,6 +84,23 @@ fn no_block(caps: &[validate::Capability]) -> Result<(), Status> {
     Ok(())
 }
 
+/// A content source, checked: a snapshot or volume ID, whichever it names.
+fn content_source(source: &VolumeContentSource) -> Result<ContentSource, Status> {
+    use volume_content_source::Type;
+    match &source.r#type {
+        Some(Type::Snapshot(s)) => Ok(ContentSource::Snapshot(
+            validate::required("volume_content_source.snapshot.snapshot_id", &s.snapshot_id)?
+                .to_owned(),
+        )),
+        Some(Type::Volume(v)) => Ok(ContentSource::Volume(
+            validate::required("volume_content_source.volume.volume_id", &v.volume_id)?.to_owned(),
+        )),
+        None => Err(Status::invalid_argument(
+            "volume_content_source names neither a snapshot nor a volume",
+        )),
+    }
+}
+
 fn unsupported<T>(what: &str) -> Result<Response<T>, Status> {
     Err(Status::unimplemented(format!(
         "{what} is not offered by this plugin"
@@ -93,12 +118,10 @@ impl Controller for ControllerService {
         let name = validate::name(&req.name)?.to_owned();
         no_block(&validate::capabilities(&req.volume_capabilities)?)?;
         let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
+        let source = (req.volume_content_source.as_ref())
+            .map(content_source)
+            .transpose()?;
         log::trace!("CreateVolume name={name} required={required} limit={limit}");
-        if req.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "volume_content_source is not supported: no snapshots or clones",
-            ));
-        }
         let driver = &self.0;
         if let Some(wanted) = &req.accessibility_requirements
             && !wanted.requisite.is_empty()
@@ -111,7 +134,7 @@ impl Controller for ControllerService {
         }
         // Names may contain anything; "name/" keys cannot collide with volume IDs.
         let key = format!("name/{name}");
-        let work = move |d: &Driver| Ok(d.volume(&d.create(&name, required, limit)?));
+        let work = move |d: &Driver| Ok(d.volume(&d.create(&name, required, limit, source)?));
         let volume = driver.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
@@ -219,17 +242,23 @@ impl Controller for ControllerService {
     ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
         use controller_service_capability::rpc::Type;
         log::trace!("ControllerGetCapabilities");
+        let mut capabilities = vec![
+            Type::CreateDeleteVolume,
+            Type::ListVolumes,
+            Type::GetCapacity,
+            Type::ExpandVolume,
+            Type::SingleNodeMultiWriter,
+            Type::CreateDeleteSnapshot,
+            Type::ListSnapshots,
+            Type::CloneVolume,
+        ];
+        // GetSnapshot is served either way; its capability (alpha in the spec) is rejected
+        // by csi-sanity before v5.5, and no Kubernetes sidecar asks for it yet.
+        if self.0.config.advertise_get_snapshot {
+            capabilities.push(Type::GetSnapshot);
+        }
         Ok(Response::new(ControllerGetCapabilitiesResponse {
-            capabilities: [
-                Type::CreateDeleteVolume,
-                Type::ListVolumes,
-                Type::GetCapacity,
-                Type::ExpandVolume,
-                Type::SingleNodeMultiWriter,
-            ]
-            .into_iter()
-            .map(rpc)
-            .collect(),
+            capabilities: capabilities.into_iter().map(rpc).collect(),
         }))
     }
 
@@ -275,30 +304,30 @@ impl Controller for ControllerService {
 
     async fn create_snapshot(
         &self,
-        _: Request<CreateSnapshotRequest>,
+        request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        unsupported("CreateSnapshot")
+        snapshots::create(&self.0, request.into_inner()).await
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<DeleteSnapshotRequest>,
+        request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        unsupported("DeleteSnapshot")
+        snapshots::delete(&self.0, request.into_inner()).await
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<ListSnapshotsRequest>,
+        request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        unsupported("ListSnapshots")
+        snapshots::list(&self.0, request.into_inner()).await
     }
 
     async fn get_snapshot(
         &self,
-        _: Request<GetSnapshotRequest>,
+        request: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        unsupported("GetSnapshot")
+        snapshots::get(&self.0, request.into_inner()).await
     }
 
     async fn controller_get_volume(

@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ephemeral;
-use super::error::{ControllerError, NodeError, WorkerError};
+use super::error::{ControllerError, NodeError, SnapshotError, WorkerError};
 use super::mount::{MountOptions, Mounter};
 use super::publish::{self, Publication};
+use super::snapshots::Snapshots;
+use super::sources::{Sources, volume_key};
 use super::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
-use super::volumes::{Record, VolumeError, Volumes};
+use super::volumes::{ContentSource, Record, VolumeError, Volumes};
 use super::{Config, ConfigError, capacity, validate};
-use crate::proto::csi::{Topology, Volume};
+use crate::proto::csi::{Topology, Volume, VolumeContentSource, volume_content_source};
 
 /// State shared by the Node, Controller and Identity services.
 pub struct Driver {
@@ -21,6 +23,9 @@ pub struct Driver {
     pub(super) config: Config,
     pub(super) volumes: Arc<Volumes>,
     pub(super) mounter: Arc<dyn Mounter>,
+    pub(super) snapshots: Snapshots,
+    /// Volumes and snapshots being copied from or deleted.
+    pub(super) sources: Arc<Sources>,
 }
 
 /// Why the plugin could not start.
@@ -40,6 +45,8 @@ pub enum OpenError {
     /// `--quota=on` where sizes cannot be enforced.
     #[error(transparent)]
     Quota(#[from] QuotaRefused),
+    #[error(transparent)]
+    Snapshots(#[from] SnapshotError),
 }
 
 /// A NodePublishVolume request after validation.
@@ -87,10 +94,15 @@ impl Driver {
         let data_dir = Volumes::data_dir_of(&config.state_dir)?;
         let quotas = VolumeQuotas::start(&data_dir, config.quota)?;
         let volumes = Volumes::open_with(&config.state_dir, config.capacity, quotas)?;
+        volumes.remove_unrecorded()?;
+        let snapshots = Snapshots::open(&config.state_dir)?;
+        volumes.charge_loaded(snapshots.total_bytes());
         Ok(Self {
             config,
             volumes,
             mounter,
+            snapshots,
+            sources: Sources::new(),
         })
     }
 
@@ -149,11 +161,16 @@ impl Driver {
 
     /// A record as the CO sees it: pinned to this node.
     pub fn volume(&self, record: &Record) -> Volume {
+        use volume_content_source::{SnapshotSource, Type, VolumeSource};
+        let source = record.source.clone().map(|source| match source {
+            ContentSource::Snapshot(snapshot_id) => Type::Snapshot(SnapshotSource { snapshot_id }),
+            ContentSource::Volume(volume_id) => Type::Volume(VolumeSource { volume_id }),
+        });
         Volume {
             capacity_bytes: i64::try_from(record.capacity).unwrap_or(i64::MAX),
             volume_id: record.id.clone(),
             volume_context: Default::default(),
-            content_source: None,
+            content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
             accessible_topology: vec![self.topology()],
         }
     }
@@ -352,9 +369,19 @@ impl Driver {
 
     // ---- Controller service ----
 
-    /// CreateVolume: the volume of that name if its size is in the range, else a new one.
-    pub fn create(&self, name: &str, required: u64, limit: u64) -> Result<Record, ControllerError> {
+    /// CreateVolume: the volume of that name if its size and content source are the ones
+    /// asked for, else a new one, restored or cloned from `source` if one is given.
+    pub fn create(
+        &self,
+        name: &str,
+        required: u64,
+        limit: u64,
+        source: Option<ContentSource>,
+    ) -> Result<Record, ControllerError> {
         match self.volumes.find_name(name) {
+            Some(existing) if existing.source != source => Err(ControllerError::OtherSource {
+                name: name.to_owned(),
+            }),
             Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
                 Ok(existing)
             }
@@ -362,20 +389,37 @@ impl Driver {
                 name: name.to_owned(),
                 capacity: existing.capacity,
             }),
-            None => Ok(self.volumes.create(Record {
-                id: self.volumes.new_id(),
-                name: name.to_owned(),
-                capacity: capacity::choose_size(required, limit),
-                ..Default::default()
-            })?),
+            None => {
+                let content = source.as_ref().map(|s| self.content(s)).transpose()?;
+                let source_size = content.as_ref().map(|c| c.size);
+                let capacity = capacity::size_with_source(required, limit, source_size).ok_or(
+                    ControllerError::SourceTooLarge {
+                        size: source_size.unwrap_or_default(),
+                        limit,
+                    },
+                )?;
+                let record = Record {
+                    id: self.volumes.new_id(),
+                    name: name.to_owned(),
+                    capacity,
+                    source,
+                    ..Default::default()
+                };
+                self.volumes.create_with(record, |dir| match &content {
+                    Some(content) => content.fill(dir),
+                    None => Ok(()),
+                })
+            }
         }
     }
 
-    /// DeleteVolume: gone already is fine.
+    /// DeleteVolume: gone already is fine. Refused (ABORTED) while the volume is being copied
+    /// (a snapshot, a clone); its snapshots stay.
     pub fn delete(&self, id: &str) -> Result<(), ControllerError> {
         if self.volumes.get(id).is_none() {
             return Ok(());
         }
+        let _deleting = self.sources.delete(&volume_key(id))?;
         let table = self.mounter.mount_table()?;
         Ok(self.volumes.delete(id, &table)?)
     }

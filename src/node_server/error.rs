@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 
 use super::capacity::QuantityError;
+use super::copy::CopyError;
 use super::mount::MountError;
 use super::publish::PublishError;
+use super::sources::SourceBusy;
+use super::store::StoreError;
 use super::volumes::VolumeError;
 
 /// Blocking work that never reported back (it panicked or was cancelled).
@@ -80,6 +83,62 @@ pub enum ControllerError {
     },
     #[error(transparent)]
     Mount(#[from] MountError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// A restore from a snapshot, or a clone of a volume, that is not there.
+    #[error("{kind} {id} does not exist")]
+    SourceNotFound { kind: &'static str, id: String },
+    #[error("the source holds {size} bytes; limit_bytes {limit} is smaller")]
+    SourceTooLarge { size: u64, limit: u64 },
+    #[error("volume {name:?} exists with another content source")]
+    OtherSource { name: String },
+    #[error(transparent)]
+    SourceBusy(#[from] SourceBusy),
+    #[error("copy the content source: {0}")]
+    Copy(#[from] CopyError),
+}
+
+/// A failed snapshot or group snapshot operation.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error("snapshot {id} does not exist")]
+    NotFound { id: String },
+    #[error("snapshot {name:?} exists for another source volume, {source_volume}")]
+    NameTaken { name: String, source_volume: String },
+    #[error(
+        "snapshot {id} belongs to group snapshot {group}: delete it with \
+         DeleteVolumeGroupSnapshot"
+    )]
+    InGroup { id: String, group: String },
+    #[error("group snapshot {id} does not exist")]
+    GroupNotFound { id: String },
+    #[error("group snapshot {name:?} exists for other source volumes")]
+    GroupNameTaken { name: String },
+    #[error("snapshot_ids do not match the members of group snapshot {id}")]
+    MembersDiffer { id: String },
+    #[error("snapshot_ids is required (the members of group snapshot {id})")]
+    SnapshotIdsRequired { id: String },
+    #[error(transparent)]
+    SourceBusy(#[from] SourceBusy),
+    #[error("snapshot of {} failed: {source}", from.display())]
+    Copy {
+        from: PathBuf,
+        #[source]
+        source: CopyError,
+    },
+    #[error("remove snapshot data: {0}")]
+    Remove(CopyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Worker(#[from] WorkerError),
 }

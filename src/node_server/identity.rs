@@ -60,6 +60,7 @@ impl Identity for IdentityService {
             capabilities: vec![
                 service_capability(Service::ControllerService),
                 service_capability(Service::VolumeAccessibilityConstraints),
+                service_capability(Service::GroupControllerService),
                 online,
             ],
         }))

@@ -1,16 +1,22 @@
-//! `node-server`: the CSI plugin itself. Identity, Node and Controller (for this node's own
-//! local volumes) on one Unix socket; volumes are directories under `--state-dir`, published
-//! with real bind mounts.
+//! `node-server`: the CSI plugin itself. Identity, Node, Controller and GroupController (for
+//! this node's own local volumes) on one Unix socket; volumes are directories under
+//! `--state-dir`, published with real bind mounts; snapshots are copies of their trees there.
 //!
 //! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`].
 //! - `driver` — the plugin's state and every operation the services perform; the one way to
-//!   run a locked blocking operation.
-//! - [`identity`], `node`, `controller` — one file per CSI service (validate → act → respond),
-//!   each with the table that maps its failures to gRPC codes.
+//!   run a locked blocking operation. `driver_snapshots` (snapshots and group snapshots) and
+//!   `content` (CreateVolume's restores and clones) are more of its operations.
+//! - [`identity`], `node`, `controller` (+ `controller_snapshots`), `group_controller` — one
+//!   file per CSI service (validate → act → respond), each with the table that maps its
+//!   failures to gRPC codes.
 //! - [`error`] — what each service's operations can fail with.
 //! - [`validate`] — request checks with the exact gRPC codes; [`field_limits`], the CSI
 //!   spec's size limits on every field and the bound on a whole request.
-//! - [`volumes`] + `store` — volume records, persistence, capacity, per-volume locks.
+//! - [`volumes`] + `store` — volume records, persistence (any record kind), capacity,
+//!   per-volume locks.
+//! - `snapshots` — snapshot and group records, their data under `<state-dir>/snapshots/`,
+//!   start-up recovery, and `take` (cutting them with the [`copy`] engine).
+//! - `sources` — volumes and snapshots being copied from, which may not be deleted meanwhile.
 //! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table.
 //! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
 //! - [`capacity`], `ephemeral` — sizes, and inline volumes that live from publish to unpublish.
@@ -20,12 +26,16 @@
 //!   limit per volume, its release, and each volume's own usage for its stats.
 
 pub mod capacity;
+mod content;
 mod controller;
+mod controller_snapshots;
 pub mod copy;
 mod driver;
+mod driver_snapshots;
 mod ephemeral;
 pub mod error;
 pub mod field_limits;
+mod group_controller;
 pub mod identity;
 pub mod loopdev;
 pub mod mount;
@@ -33,6 +43,8 @@ pub mod mountinfo;
 mod node;
 pub mod publish;
 pub mod quota;
+pub mod snapshots;
+mod sources;
 mod store;
 pub mod validate;
 pub mod volume_quota;
@@ -50,6 +62,7 @@ pub use mount::{LinuxMounter, Mounter};
 
 use crate::driver_name::InvalidDriverName;
 use crate::proto::csi::controller_server::ControllerServer;
+use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
 use crate::proto::csi::node_server::NodeServer;
 use crate::runtime::Threads;
@@ -95,6 +108,10 @@ crate::mode_args! {
         /// on (or refuse to start), off (never touch quotas)
         #[argh(option, default = "quota::Mode::Auto")]
         pub quota: quota::Mode,
+        /// advertise the GET_SNAPSHOT controller capability (GetSnapshot is served either
+        /// way; csi-sanity before v5.5 fails on the capability)
+        #[argh(switch)]
+        pub advertise_get_snapshot: bool,
     }
 }
 
@@ -105,10 +122,12 @@ pub struct Config {
     pub node_id: String,
     pub state_dir: PathBuf,
     pub max_volumes_per_node: i64,
-    /// Total bytes for all volumes; `None`: the filesystem's free space.
+    /// Total bytes for all volumes and snapshots; `None`: the filesystem's free space.
     pub capacity: Option<u64>,
     /// `--quota`: whether volume sizes are enforced by project quotas.
     pub quota: quota::Mode,
+    /// Whether ControllerGetCapabilities lists GET_SNAPSHOT.
+    pub advertise_get_snapshot: bool,
 }
 
 /// A configuration the CSI spec does not allow.
@@ -131,6 +150,7 @@ impl Config {
             max_volumes_per_node: 0,
             capacity: None,
             quota: quota::Mode::Auto,
+            advertise_get_snapshot: false,
         }
     }
 
@@ -171,6 +191,7 @@ impl Settings {
             max_volumes_per_node: args.max_volumes_per_node,
             capacity,
             quota: args.quota,
+            advertise_get_snapshot: args.advertise_get_snapshot,
             ..Config::new(&args.driver_name, "", args.state_dir)
         };
         config.check().map_err(UsageError::new)?;
@@ -185,7 +206,7 @@ impl Settings {
     }
 }
 
-/// The three services, ready to serve.
+/// The four services, ready to serve.
 pub struct Plugin {
     driver: Arc<driver::Driver>,
 }
@@ -258,10 +279,13 @@ pub async fn serve(
     let max = field_limits::MAX_REQUEST;
     let identity = IdentityServer::new(identity::IdentityService(Arc::clone(&driver)));
     let node = NodeServer::new(node::NodeService(Arc::clone(&driver)));
+    let group =
+        GroupControllerServer::new(group_controller::GroupControllerService(Arc::clone(&driver)));
     let controller = ControllerServer::new(controller::ControllerService(driver));
     let server = bounded_server()
         .add_service(identity.max_decoding_message_size(max))
         .add_service(node.max_decoding_message_size(max))
+        .add_service(group.max_decoding_message_size(max))
         .add_service(controller.max_decoding_message_size(max))
         .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
     match crate::shutdown::run_with_grace(server, shutdown, crate::shutdown::GRACE_PERIOD).await {

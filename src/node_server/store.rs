@@ -1,10 +1,12 @@
-//! Volume metadata on disk: one small JSON file per volume under `<state-dir>/meta/`, written
+//! Metadata on disk: one small JSON file per volume under `<state-dir>/meta/` (and per
+//! snapshot and group snapshot, in their own directories: any [`Persisted`] record), written
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
 //! each file is either the old or the new record, never a torn one.
 //!
 //! Mount state is not stored here: the kernel's mount table is its only truth.
 
 use std::io::Write;
+use std::marker::PhantomData;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,38 @@ pub struct Record {
     /// The project quota that holds the volume to its capacity; `None` when sizes were not
     /// enforced at its creation (and in records written before quotas existed).
     pub project_id: Option<u32>,
+    /// What the volume was created from; `None` (and absent in records written before
+    /// snapshots existed) for an empty volume.
+    pub source: Option<ContentSource>,
+}
+
+/// CreateVolume's `volume_content_source`: a restore or a clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentSource {
+    Snapshot(String),
+    Volume(String),
+}
+
+impl ContentSource {
+    fn to_json(&self) -> Value {
+        match self {
+            ContentSource::Snapshot(id) => json!({ "snapshot": id }),
+            ContentSource::Volume(id) => json!({ "volume": id }),
+        }
+    }
+
+    /// `None` for a malformed value, `Some(None)` for no source at all.
+    fn from_json(value: Option<&Value>) -> Option<Option<Self>> {
+        let Some(value) = value else {
+            return Some(None);
+        };
+        let id = |key| Some(value.get(key)?.as_str()?.to_owned());
+        match (id("snapshot"), id("volume")) {
+            (Some(id), None) => Some(Some(ContentSource::Snapshot(id))),
+            (None, Some(id)) => Some(Some(ContentSource::Volume(id))),
+            _ => None,
+        }
+    }
 }
 
 impl Record {
@@ -35,9 +69,12 @@ impl Record {
             "capacity_bytes": self.capacity,
             "ephemeral": self.ephemeral,
         });
-        // Written only when set: a record without it reads the same to older versions.
+        // Written only when set: a record without them reads the same to older versions.
         if let Some(id) = self.project_id {
             value["project_id"] = id.into();
+        }
+        if let Some(source) = &self.source {
+            value["content_source"] = source.to_json();
         }
         value
     }
@@ -53,7 +90,33 @@ impl Record {
                 None => None,
                 Some(id) => Some(u32::try_from(id.as_u64()?).ok()?),
             },
+            source: ContentSource::from_json(value.get("content_source"))?,
         })
+    }
+}
+
+/// A record kept by a [`Store`]: one JSON file named by its ID.
+pub trait Persisted: Sized {
+    /// What the record is, for log lines ("volume", "snapshot").
+    const KIND: &'static str;
+    fn id(&self) -> &str;
+    fn to_json(&self) -> Value;
+    fn from_json(value: &Value) -> Option<Self>;
+}
+
+impl Persisted for Record {
+    const KIND: &'static str = "volume";
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn to_json(&self) -> Value {
+        Record::to_json(self)
+    }
+
+    fn from_json(value: &Value) -> Option<Self> {
+        Record::from_json(value)
     }
 }
 
@@ -76,21 +139,22 @@ fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> S
     }
 }
 
-/// The metadata directory.
+/// The metadata directory of one kind of record.
 #[derive(Debug)]
-pub struct Store {
+pub struct Store<R = Record> {
     dir: PathBuf,
+    kind: PhantomData<fn() -> R>,
 }
 
 const SUFFIX: &str = ".json";
 /// Temporary files start with a dot; volume IDs never do, so the two cannot collide.
 const TEMP_PREFIX: &str = ".tmp-";
 
-impl Store {
+impl<R: Persisted> Store<R> {
     /// Opens (creating if needed) the metadata directory and loads every record in it.
     /// Leftover temporary files from an interrupted write are removed; a record that cannot
     /// be read is reported and skipped, never deleted.
-    pub fn open(dir: PathBuf) -> Result<(Self, Vec<Record>), StoreError> {
+    pub fn open(dir: PathBuf) -> Result<(Self, Vec<R>), StoreError> {
         std::fs::create_dir_all(&dir).map_err(err("create", &dir))?;
         if let Some(parent) = dir.parent() {
             sync_dir(parent)?;
@@ -111,31 +175,41 @@ impl Store {
             match Self::load(&path) {
                 // The file name is the ID; one that could not name a volume directory
                 // (`...json` would be `..`) is never trusted.
-                Some(record) if record.id == id && volume_id_problem(id).is_none() => {
+                Some(record) if record.id() == id && volume_id_problem(id).is_none() => {
                     records.push(record)
                 }
                 _ => log::error!(
-                    "skipping unreadable volume record {} (left in place)",
+                    "skipping unreadable {} record {} (left in place)",
+                    R::KIND,
                     path.display()
                 ),
             }
         }
-        Ok((Self { dir }, records))
+        let kind = PhantomData;
+        Ok((Self { dir, kind }, records))
     }
 
-    fn load(path: &Path) -> Option<Record> {
+    fn load(path: &Path) -> Option<R> {
         let text = std::fs::read(path).ok()?;
-        Record::from_json(&serde_json::from_slice(&text).ok()?)
+        R::from_json(&serde_json::from_slice(&text).ok()?)
     }
 
     fn path(&self, id: &str) -> PathBuf {
         self.dir.join(format!("{id}{SUFFIX}"))
     }
 
+    /// Whether a record file for `id` is there, readable or not: data of an ID whose record
+    /// could not be read is never treated as left over.
+    pub fn has_file(&self, id: &str) -> bool {
+        std::fs::symlink_metadata(self.path(id)).is_ok()
+    }
+
     /// Writes a record so that it survives a crash at any point.
-    pub fn save(&self, record: &Record) -> Result<(), StoreError> {
-        let path = self.path(&record.id);
-        let temp = self.dir.join(format!("{TEMP_PREFIX}{}{SUFFIX}", record.id));
+    pub fn save(&self, record: &R) -> Result<(), StoreError> {
+        let path = self.path(record.id());
+        let temp = self
+            .dir
+            .join(format!("{TEMP_PREFIX}{}{SUFFIX}", record.id()));
         let body = record.to_json().to_string();
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::OpenOptions::new()
@@ -172,6 +246,28 @@ impl Store {
     }
 }
 
+/// A fresh ID: `prefix` and 32 random hex digits (std's per-process random hasher keys and
+/// the clock), never one that `taken` says is in use.
+pub fn new_id(prefix: &str, taken: impl Fn(&str) -> bool) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    loop {
+        let mut id = String::from(prefix);
+        for _ in 0..2 {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
+            id.push_str(&format!("{:016x}", hasher.finish()));
+        }
+        if !taken(&id) {
+            return id;
+        }
+    }
+}
+
 /// Makes the entries of a directory (created, renamed, removed) durable.
 pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     std::fs::File::open(dir)
@@ -190,40 +286,41 @@ mod tests {
             capacity: 42,
             ephemeral: false,
             project_id: None,
+            source: None,
         }
     }
 
     #[test]
     fn saved_records_are_loaded_back_after_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, loaded) = Store::open(dir.path().join("meta")).unwrap();
+        let (store, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
         assert!(loaded.is_empty());
         store.save(&record("a")).unwrap();
         store.save(&record("b")).unwrap();
         store.remove("b").unwrap();
         store.remove("never-existed").unwrap();
-        let (_, loaded) = Store::open(dir.path().join("meta")).unwrap();
+        let (_, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
         assert_eq!(loaded, vec![record("a")]);
     }
 
     #[test]
     fn a_rewrite_replaces_the_record_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         store.save(&record("a")).unwrap();
         let bigger = Record {
             capacity: 1 << 40,
             ..record("a")
         };
         store.save(&bigger).unwrap();
-        let (_, loaded) = Store::open(dir.path().to_owned()).unwrap();
+        let (_, loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         assert_eq!(loaded, vec![bigger]);
     }
 
     #[test]
     fn a_project_id_is_kept_and_records_without_one_still_load() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         let quota = Record {
             project_id: Some(1 << 30),
             ..record("q")
@@ -233,7 +330,7 @@ mod tests {
         let old =
             r#"{"version":1,"id":"old","name":"pvc-old","capacity_bytes":7,"ephemeral":false}"#;
         std::fs::write(dir.path().join("old.json"), old).unwrap();
-        let (_, mut loaded) = Store::open(dir.path().to_owned()).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         let old = Record {
             name: "pvc-old".into(),
@@ -241,6 +338,30 @@ mod tests {
             ..record("old")
         };
         assert_eq!(loaded, vec![old, quota]);
+    }
+
+    #[test]
+    fn a_content_source_is_kept_and_records_from_before_snapshots_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let restored = Record {
+            source: Some(ContentSource::Snapshot("snap-1".into())),
+            ..record("a")
+        };
+        let cloned = Record {
+            source: Some(ContentSource::Volume("b".into())),
+            ..record("c")
+        };
+        store.save(&restored).unwrap();
+        store.save(&cloned).unwrap();
+        let old = r#"{"version":1,"id":"d","name":"pvc-d","capacity_bytes":42,"ephemeral":false}"#;
+        std::fs::write(dir.path().join("d.json"), old).unwrap();
+        let bad =
+            r#"{"id":"e","name":"","capacity_bytes":1,"ephemeral":false,"content_source":{}}"#;
+        std::fs::write(dir.path().join("e.json"), bad).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        loaded.sort_by(|a, b| a.id.cmp(&b.id));
+        assert_eq!(loaded, vec![restored, cloned, record("d")]);
     }
 
     #[test]
@@ -253,7 +374,7 @@ mod tests {
             record("other").to_json().to_string(),
         )
         .unwrap();
-        let (_, loaded) = Store::open(dir.path().to_owned()).unwrap();
+        let (_, loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         assert!(loaded.is_empty());
         assert!(!dir.path().join(".tmp-a.json").exists());
         assert!(dir.path().join("b.json").exists(), "evidence is kept");

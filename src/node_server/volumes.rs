@@ -14,7 +14,7 @@ use super::capacity;
 use super::mountinfo::{MountTable, Unlocatable};
 use super::publish;
 use super::quota::QuotaError;
-pub use super::store::Record;
+pub use super::store::{ContentSource, Record};
 use super::store::{Store, StoreError, sync_dir};
 use super::volume_quota::{Hold, VolumeQuotas};
 
@@ -60,6 +60,10 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Vo
 struct Inner {
     records: BTreeMap<String, Record>,
     busy: HashSet<String>,
+    /// Sizes of volumes being filled (restores, clones) whose records are not written yet.
+    reserved: u64,
+    /// Bytes `--capacity` spends outside volumes: the data snapshots hold.
+    charged: u64,
 }
 
 #[derive(Debug)]
@@ -73,6 +77,29 @@ pub struct Volumes {
     /// take the last free bytes.
     provisioning: Mutex<()>,
     quotas: VolumeQuotas,
+}
+
+/// The size of a volume being filled, counted as allocated until its record is; dropping it
+/// gives the size back (the record, if written, counts it from then on).
+struct Reservation<'a> {
+    volumes: &'a Volumes,
+    bytes: u64,
+}
+
+impl<'a> Reservation<'a> {
+    fn new(volumes: &'a Volumes, bytes: u64) -> Self {
+        let mut inner = volumes.inner();
+        inner.reserved = inner.reserved.saturating_add(bytes);
+        drop(inner);
+        Self { volumes, bytes }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.volumes.inner();
+        inner.reserved = inner.reserved.saturating_sub(self.bytes);
+    }
 }
 
 /// An operation in progress on one volume (or one volume name); dropping it ends it.
@@ -116,7 +143,7 @@ impl Volumes {
         quotas: VolumeQuotas,
     ) -> Result<Arc<Self>, VolumeError> {
         let data_dir = Self::data_dir_of(state_dir)?;
-        let (store, loaded) = Store::open(state_dir.join("meta"))?;
+        let (store, loaded) = Store::<Record>::open(state_dir.join("meta"))?;
         log::info!(
             "loaded {} volume record(s) from {}",
             loaded.len(),
@@ -132,6 +159,7 @@ impl Volumes {
             inner: Mutex::new(Inner {
                 records,
                 busy: HashSet::new(),
+                ..Inner::default()
             }),
             provisioning: Mutex::new(()),
             quotas,
@@ -189,8 +217,13 @@ impl Volumes {
 
     /// Bytes still free for new volumes.
     pub fn available(&self) -> Result<u64, VolumeError> {
-        let allocated =
-            (self.inner().records.values()).fold(0u64, |sum, r| sum.saturating_add(r.capacity));
+        let allocated = {
+            let inner = self.inner();
+            (inner.records.values())
+                .fold(0u64, |sum, r| sum.saturating_add(r.capacity))
+                .saturating_add(inner.reserved)
+                .saturating_add(inner.charged)
+        };
         capacity::available(self.total, allocated, &self.data_dir)
             .map_err(io("measure free space of", &self.data_dir))
     }
@@ -198,69 +231,89 @@ impl Volumes {
     /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
     /// while a record or a directory of that name exists.
     pub fn new_id(&self) -> String {
-        use std::hash::{BuildHasher, Hasher};
-        loop {
-            let mut id = String::from("vol-");
-            for _ in 0..2 {
-                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-                hasher.write_u128(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_nanos(),
-                );
-                id.push_str(&format!("{:016x}", hasher.finish()));
-            }
-            if !self.inner().records.contains_key(&id) && !self.path_of(&id).exists() {
-                return id;
-            }
-        }
+        super::store::new_id("vol-", |id| {
+            self.inner().records.contains_key(id) || self.path_of(id).exists()
+        })
     }
 
-    /// Creates a volume's directory and record if its size fits, and where sizes are
-    /// enforced puts the directory in a project of its own limited to the capacity. The
-    /// caller holds the lock on the ID or name.
-    pub fn create(&self, mut record: Record) -> Result<Record, VolumeError> {
-        let _provisioning = lock(&self.provisioning);
-        let available = self.available()?;
-        if record.capacity > available {
-            return Err(VolumeError::NoSpace {
-                asked: record.capacity,
-                available,
-            });
-        }
-        // Recorded before the directory is tagged, so a crash cannot leave a tagged
-        // directory whose project ID no record holds (the next start finishes the tagging).
-        record.project_id = self.quotas.allocate()?;
+    /// Creates a volume's directory and record if its size fits. The caller holds the lock on
+    /// the ID or name.
+    pub fn create(&self, record: Record) -> Result<Record, VolumeError> {
+        self.create_with(record, |_| Ok(()))
+    }
+
+    /// Creates a volume like [`create`](Self::create), with `fill` giving the prepared
+    /// directory its first content (a restore, a clone) before the record promises it. Where
+    /// sizes are enforced the directory is put in a project of its own, limited to the
+    /// capacity, before `fill`, so what it copies is charged to the volume. The size is
+    /// reserved while `fill` runs, so other creates neither wait for a long copy nor take the
+    /// bytes it needs; if `fill` fails, the directory and its project go and nothing is
+    /// recorded. A crash before the record leaves a directory that the next start removes
+    /// (its project ID, held by no record, is then free again).
+    pub fn create_with<E: From<VolumeError>>(
+        &self,
+        mut record: Record,
+        fill: impl FnOnce(&Path) -> Result<(), E>,
+    ) -> Result<Record, E> {
         let dir = self.path_of(&record.id);
-        let made = self.make_dir(&dir).and_then(|()| {
-            self.store.save(&record)?;
-            Ok(self.quotas.assign(&dir, &record)?)
-        });
-        if let Err(e) = made {
+        let reservation = {
+            let _provisioning = lock(&self.provisioning);
+            let available = self.available()?;
+            if record.capacity > available {
+                return Err(VolumeError::NoSpace {
+                    asked: record.capacity,
+                    available,
+                }
+                .into());
+            }
+            record.project_id = self.quotas.allocate().map_err(VolumeError::from)?;
+            if let Err(e) = self.make_dir(&dir) {
+                self.quotas.abandon(&dir, &record);
+                return Err(e.into());
+            }
+            Reservation::new(self, record.capacity)
+        };
+        let filled = (self.quotas.assign(&dir, &record))
+            .map_err(|e| E::from(e.into()))
+            .and_then(|()| fill(&dir));
+        if let Err(e) = filled {
             self.quotas.abandon(&dir, &record);
-            let _ = self.store.remove(&record.id);
-            // Only if still empty: it may be a crashed creation's, but never holds data.
-            let _ = std::fs::remove_dir(&dir);
+            if let Err(left) = super::copy::remove_tree(&dir) {
+                log::error!("volume {} failed to fill; removing it: {left}", record.id);
+            }
             return Err(e);
+        }
+        // The directory must be durable before the record that promises it.
+        sync_dir(&self.data_dir).map_err(VolumeError::from)?;
+        if let Err(e) = self.store.save(&record) {
+            self.quotas.abandon(&dir, &record);
+            let _ = super::copy::remove_tree(&dir);
+            return Err(VolumeError::from(e).into());
         }
         self.inner()
             .records
             .insert(record.id.clone(), record.clone());
+        drop(reservation);
         log::info!(
-            "created volume {} ({} bytes{}{})",
+            "created volume {} ({} bytes{}{}{})",
             record.id,
             record.capacity,
             if record.ephemeral { ", ephemeral" } else { "" },
             record
                 .project_id
                 .map(|id| format!(", project quota {id}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match &record.source {
+                Some(ContentSource::Snapshot(id)) => format!(", restored from {id}"),
+                Some(ContentSource::Volume(id)) => format!(", cloned from {id}"),
+                None => String::new(),
+            }
         );
         Ok(record)
     }
 
-    /// A new volume's directory, world-writable and durable before its record.
+    /// A new volume's directory, world-writable (made durable, with its content, before its
+    /// record).
     fn make_dir(&self, dir: &Path) -> Result<(), VolumeError> {
         match std::fs::create_dir(dir) {
             Ok(()) => {}
@@ -271,9 +324,58 @@ impl Volumes {
         // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
         // the group when the CO asks.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(io("set mode of", dir))?;
-        // The directory must be durable before the record that promises it.
-        Ok(sync_dir(&self.data_dir)?)
+            .map_err(io("set mode of", dir))
+    }
+
+    /// Counts `bytes` held outside volumes (a snapshot's data) against `--capacity`, if they
+    /// fit; without `--capacity` the filesystem's free space already shows them.
+    pub fn charge(&self, bytes: u64) -> Result<(), VolumeError> {
+        let _provisioning = lock(&self.provisioning);
+        if self.total.is_some() {
+            let available = self.available()?;
+            if bytes > available {
+                return Err(VolumeError::NoSpace {
+                    asked: bytes,
+                    available,
+                });
+            }
+        }
+        self.charge_loaded(bytes);
+        Ok(())
+    }
+
+    /// Counts bytes already on disk (snapshots found at start-up), fitting or not.
+    pub fn charge_loaded(&self, bytes: u64) {
+        let mut inner = self.inner();
+        inner.charged = inner.charged.saturating_add(bytes);
+    }
+
+    /// Gives back what [`charge`](Self::charge) counted.
+    pub fn refund(&self, bytes: u64) {
+        let mut inner = self.inner();
+        inner.charged = inner.charged.saturating_sub(bytes);
+    }
+
+    /// Removes volume directories that have no record file: creates (and restores, clones)
+    /// that a crash interrupted before their record, which nobody was ever told about. A
+    /// directory whose record exists but cannot be read is kept; removal never crosses a mount.
+    /// Run at start-up, before anything is served.
+    pub fn remove_unrecorded(&self) -> Result<(), VolumeError> {
+        let names = std::fs::read_dir(&self.data_dir).map_err(io("list", &self.data_dir))?;
+        for entry in names {
+            let entry = entry.map_err(io("list", &self.data_dir))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str() else { continue };
+            if super::validate::volume_id_problem(id).is_some() || self.store.has_file(id) {
+                continue;
+            }
+            let dir = self.path_of(id);
+            log::info!("removing {}: its create was interrupted", dir.display());
+            if let Err(e) = super::copy::remove_tree(&dir) {
+                log::error!("could not remove {}: {e}", dir.display());
+            }
+        }
+        Ok(())
     }
 
     /// Grows a volume's accounted size, if the growth fits.

@@ -1,0 +1,87 @@
+//! CreateVolume's content sources: a restore from a snapshot, a clone of a volume. The source
+//! is held as a copy source (so it cannot be deleted while it is copied) and its tree is copied,
+//! with reflinks where the filesystem shares extents, into the volume directory that the
+//! normal create path prepared ([`Volumes::create_with`](super::volumes::Volumes::create_with)):
+//! a restored or cloned volume is made like any other, with its content added before its
+//! record, so whatever that path gives the directory (its mode, a quota project that every
+//! copied file inherits) it gives these too. A crash before the record leaves a directory
+//! without one, which the next start-up removes.
+
+use std::path::{Path, PathBuf};
+
+use super::copy::{self, Options, SkipReason};
+use super::driver::Driver;
+use super::error::ControllerError;
+use super::sources::{Reading, snapshot_key, volume_key};
+use super::volumes::ContentSource;
+
+/// A content source, found and held.
+pub struct Content {
+    /// Its tree: a snapshot's data or a volume's directory.
+    dir: PathBuf,
+    /// The least size a volume made from it may have.
+    pub size: u64,
+    _reading: Reading,
+}
+
+impl Driver {
+    /// Finds and holds the source of a restore or clone.
+    pub(super) fn content(&self, source: &ContentSource) -> Result<Content, ControllerError> {
+        let not_found = |kind, id: &str| ControllerError::SourceNotFound {
+            kind,
+            id: id.to_owned(),
+        };
+        // Held first, so a source found below cannot be deleted before it is copied.
+        match source {
+            ContentSource::Snapshot(id) => {
+                let reading = self.sources.read(&snapshot_key(id))?;
+                let snapshot = self
+                    .snapshots
+                    .get(id)
+                    .ok_or_else(|| not_found("snapshot", id))?;
+                Ok(Content {
+                    dir: self.snapshots.path_of(id),
+                    size: snapshot.size,
+                    _reading: reading,
+                })
+            }
+            ContentSource::Volume(id) => {
+                let reading = self.sources.read(&volume_key(id))?;
+                let volume = self
+                    .volumes
+                    .get(id)
+                    .ok_or_else(|| not_found("volume", id))?;
+                Ok(Content {
+                    dir: self.volumes.path_of(id),
+                    size: volume.capacity,
+                    _reading: reading,
+                })
+            }
+        }
+    }
+}
+
+impl Content {
+    /// Copies the source's tree into the new volume's empty directory `dir`.
+    pub fn fill(&self, dir: &Path) -> Result<(), ControllerError> {
+        let report = copy::copy_tree_into(&self.dir, dir, Options::default())?;
+        for skipped in &report.skipped {
+            if skipped.reason == SkipReason::MountPoint {
+                log::warn!(
+                    "{} is a mount point inside {}; not copied",
+                    skipped.path.display(),
+                    self.dir.display()
+                );
+            }
+        }
+        log::debug!(
+            "copied {} into {}: {} files, {} bytes, {} reflinked",
+            self.dir.display(),
+            dir.display(),
+            report.files,
+            report.bytes,
+            report.bytes_reflinked
+        );
+        Ok(())
+    }
+}

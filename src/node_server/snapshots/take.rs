@@ -1,0 +1,142 @@
+//! Cutting snapshots: the filesystem is synced once (one journal commit flushes what the
+//! volumes' writers left dirty, where a reflink of each dirty file would flush it on its own),
+//! then each source tree is copied by the copy engine to its snapshot's directory, with
+//! reflinks where the filesystem shares extents. The members of a group are copied in
+//! parallel, one thread each (up to [`PARALLEL`]), so they are cut as close to one instant as
+//! the filesystem allows; the spread is logged.
+//!
+//! What a cut promises: each regular file is copied as of one instant where reflinks are used
+//! (`FICLONE` takes the file's I/O lock, so no write lands halfway through it); without
+//! reflinks a file being written may be copied mid-write. The tree is as of the walk: files
+//! created, renamed or removed while it runs may or may not be in it. A mount inside a volume
+//! is never copied through (it is reported and skipped).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::Snapshots;
+use super::records::{Time, now};
+use crate::node_server::copy::{self, Options, Report, SkipReason};
+use crate::node_server::error::SnapshotError;
+
+/// The most copies of one group that run at once: beyond this, threads only queue on the
+/// filesystem's journal and the disk.
+pub const PARALLEL: usize = 16;
+
+/// One snapshot's data, copied and durable under its ID, not yet recorded.
+#[derive(Debug)]
+pub struct Cut {
+    pub id: String,
+    pub report: Report,
+}
+
+/// When one copy started and ended.
+type Span = (Instant, Instant);
+
+/// Flushes the filesystem holding `dir` (all volumes share the state directory's).
+fn sync(dir: &Path) -> Result<(), SnapshotError> {
+    let fail = |source| SnapshotError::Io {
+        op: "sync the filesystem of",
+        path: dir.to_owned(),
+        source,
+    };
+    let file = File::open(dir).map_err(fail)?;
+    nix::unistd::syncfs(&file).map_err(|e| fail(e.into()))
+}
+
+impl Snapshots {
+    /// Copies each source directory to a new snapshot directory, all after one sync; returns
+    /// the time the copies began (their `creation_time`) and the cuts, in the order of
+    /// `sources`. On failure no copy is left behind.
+    pub fn cut(&self, sources: &[PathBuf]) -> Result<(Time, Vec<Cut>), SnapshotError> {
+        if let Some(first) = sources.first() {
+            sync(first.parent().unwrap_or(first))?;
+        }
+        let created = now();
+        let ids: Vec<String> = sources.iter().map(|_| self.new_id("snap-")).collect();
+        let mut results = Vec::with_capacity(sources.len());
+        for (sources, ids) in sources.chunks(PARALLEL).zip(ids.chunks(PARALLEL)) {
+            if let [source] = sources {
+                results.push(self.copy_one(source, &ids[0]));
+                continue;
+            }
+            std::thread::scope(|scope| {
+                let copies: Vec<_> = (sources.iter().zip(ids))
+                    .map(|(source, id)| scope.spawn(move || self.copy_one(source, id)))
+                    .collect();
+                for copy in copies {
+                    // A panicking copy is a bug; its partial tree was removed as it unwound.
+                    results.push(copy.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+                }
+            });
+        }
+        let (mut cuts, mut spans, mut failure) = (Vec::new(), Vec::new(), None);
+        for (result, id) in results.into_iter().zip(ids) {
+            match result {
+                Ok((report, span)) => {
+                    cuts.push(Cut { id, report });
+                    spans.push(span);
+                }
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        if let Some(e) = failure {
+            for cut in &cuts {
+                if let Err(left) = copy::remove_tree(&self.path_of(&cut.id)) {
+                    log::error!("could not remove the copy {}: {left}", cut.id);
+                }
+            }
+            return Err(e);
+        }
+        if let Some((spread, longest)) = spread(&spans)
+            && spans.len() > 1
+        {
+            log::info!(
+                "cut {} snapshots together: all copied within {spread:?} (longest {longest:?})",
+                spans.len()
+            );
+        }
+        Ok((created, cuts))
+    }
+
+    fn copy_one(&self, source: &Path, id: &str) -> Result<(Report, Span), SnapshotError> {
+        let started = Instant::now();
+        let report = copy::copy_tree(source, &self.path_of(id), Options::default()).map_err(
+            |source_error| SnapshotError::Copy {
+                from: source.to_owned(),
+                source: source_error,
+            },
+        )?;
+        let span = (started, Instant::now());
+        for skipped in &report.skipped {
+            match &skipped.reason {
+                SkipReason::MountPoint => log::warn!(
+                    "snapshot {id}: {} is a mount point inside the volume; not copied",
+                    skipped.path.display()
+                ),
+                reason => log::debug!(
+                    "snapshot {id}: left out {} ({reason:?})",
+                    skipped.path.display()
+                ),
+            }
+        }
+        log::info!(
+            "cut snapshot {id} of {} in {:?}: {} files, {} bytes, {} reflinked",
+            source.display(),
+            span.1 - span.0,
+            report.files,
+            report.bytes,
+            report.bytes_reflinked
+        );
+        Ok((report, span))
+    }
+}
+
+/// From the first copy's start to the last one's end, and the longest single copy.
+pub fn spread(spans: &[Span]) -> Option<(Duration, Duration)> {
+    let first = spans.iter().map(|s| s.0).min()?;
+    let last = spans.iter().map(|s| s.1).max()?;
+    let longest = spans.iter().map(|s| s.1 - s.0).max()?;
+    Some((last - first, longest))
+}
