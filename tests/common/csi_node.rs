@@ -7,6 +7,7 @@ use std::sync::Arc;
 use csi_nodekit::node_server::mountinfo::MountTable;
 use csi_nodekit::node_server::{Config, Mounter, Plugin, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
+use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
 use csi_nodekit::proto::csi::identity_client::IdentityClient;
 use csi_nodekit::proto::csi::node_client::NodeClient;
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
@@ -125,22 +126,24 @@ async fn start_plugin(sandbox: &MountSandbox, plugin: Plugin) -> CsiServer {
     }
 }
 
-/// Clients of the three services over one connection.
+/// Clients of the four services over one connection.
 #[derive(Clone)]
 pub struct Csi {
     pub identity: IdentityClient<Channel>,
     pub node: NodeClient<Channel>,
     pub controller: ControllerClient<Channel>,
+    pub group: GroupControllerClient<Channel>,
 }
 
-/// Clients of the three services over one connection to `socket` (an in-process server's or
+/// Clients of the four services over one connection to `socket` (an in-process server's or
 /// the real binary's).
 pub async fn connect(socket: &Path) -> Csi {
     let channel = csi_nodekit::socket::connect(socket).await.expect("connect");
     Csi {
         identity: IdentityClient::new(channel.clone()),
         node: NodeClient::new(channel.clone()),
-        controller: ControllerClient::new(channel),
+        controller: ControllerClient::new(channel.clone()),
+        group: GroupControllerClient::new(channel),
     }
 }
 

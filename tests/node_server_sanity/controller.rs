@@ -27,7 +27,8 @@ pub async fn get_plugin_capabilities_returns_only_capabilities_csi_sanity_knows(
             matches!(
                 known,
                 Ok(service::Type::ControllerService
-                    | service::Type::VolumeAccessibilityConstraints)
+                    | service::Type::VolumeAccessibilityConstraints
+                    | service::Type::GroupControllerService)
             ),
             "csi-sanity fails on service {known:?}"
         );
@@ -41,8 +42,9 @@ pub async fn get_plugin_capabilities_returns_only_capabilities_csi_sanity_knows(
             "csi-sanity fails on expansion {known:?}"
         );
     }
-    // What the specs below assume: the controller and topology are there, expansion online.
-    assert_eq!(services.len(), 2);
+    // What the specs below assume: the controller, topology and the group controller are
+    // there, expansion online.
+    assert_eq!(services.len(), 3);
     assert_eq!(expansion, [Ok(volume_expansion::Type::Online)]);
 }
 
@@ -70,26 +72,30 @@ pub async fn get_plugin_info_returns_a_name_csi_sanity_accepts(s: &mut Sanity) {
     assert!(sanity_accepts_name(DEFAULT_DRIVER_NAME));
 }
 
-pub async fn controller_get_capabilities_returns_only_capabilities_csi_sanity_knows(
-    s: &mut Sanity,
-) {
-    use controller_service_capability::{Type as Kind, rpc::Type};
-    const KNOWN: [Type; 14] = [
-        Type::CreateDeleteVolume,
-        Type::PublishUnpublishVolume,
-        Type::ListVolumes,
-        Type::GetCapacity,
-        Type::CreateDeleteSnapshot,
-        Type::ListSnapshots,
-        Type::PublishReadonly,
-        Type::CloneVolume,
-        Type::ExpandVolume,
-        Type::ModifyVolume,
-        Type::ListVolumesPublishedNodes,
-        Type::GetVolume,
-        Type::VolumeCondition,
-        Type::SingleNodeMultiWriter,
-    ];
+/// The RPC capabilities csi-sanity v5.4 knows (`ControllerGetCapabilities` "should return
+/// appropriate capabilities" fails on any other).
+const KNOWN_V5_4: [Type; 14] = [
+    Type::CreateDeleteVolume,
+    Type::PublishUnpublishVolume,
+    Type::ListVolumes,
+    Type::GetCapacity,
+    Type::CreateDeleteSnapshot,
+    Type::ListSnapshots,
+    Type::PublishReadonly,
+    Type::CloneVolume,
+    Type::ExpandVolume,
+    Type::ModifyVolume,
+    Type::ListVolumesPublishedNodes,
+    Type::GetVolume,
+    Type::VolumeCondition,
+    Type::SingleNodeMultiWriter,
+];
+
+use controller_service_capability::rpc::Type;
+
+/// The controller's RPC capabilities, each checked against csi-sanity's list `known`.
+pub async fn controller_capabilities(s: &mut Sanity, known: &[Type]) -> Vec<Type> {
+    use controller_service_capability::Type as Kind;
     let reply = s
         .csi
         .controller
@@ -106,19 +112,38 @@ pub async fn controller_get_capabilities_returns_only_capabilities_csi_sanity_kn
         })
         .collect();
     for kind in &kinds {
-        assert!(KNOWN.contains(kind), "csi-sanity fails on {kind:?}");
+        assert!(known.contains(kind), "csi-sanity fails on {kind:?}");
     }
+    kinds
+}
+
+/// What the controller advertises by default; with `--advertise-get-snapshot`, GET_SNAPSHOT
+/// follows.
+pub const ADVERTISED: [Type; 8] = [
+    Type::CreateDeleteVolume,
+    Type::ListVolumes,
+    Type::GetCapacity,
+    Type::ExpandVolume,
+    Type::SingleNodeMultiWriter,
+    Type::CreateDeleteSnapshot,
+    Type::ListSnapshots,
+    Type::CloneVolume,
+];
+
+pub async fn controller_get_capabilities_returns_only_capabilities_csi_sanity_knows(
+    s: &mut Sanity,
+) {
     // What decides which controller specs run: these, and no controller publish.
-    assert_eq!(
-        kinds,
-        [
-            Type::CreateDeleteVolume,
-            Type::ListVolumes,
-            Type::GetCapacity,
-            Type::ExpandVolume,
-            Type::SingleNodeMultiWriter
-        ]
-    );
+    assert_eq!(controller_capabilities(s, &KNOWN_V5_4).await, ADVERTISED);
+}
+
+/// The same spec in csi-sanity v5.5, which knows GET_SNAPSHOT too.
+pub async fn controller_get_capabilities_with_get_snapshot_returns_only_capabilities_v5_5_knows(
+    s: &mut Sanity,
+) {
+    let known: Vec<Type> = KNOWN_V5_4.into_iter().chain([Type::GetSnapshot]).collect();
+    let advertised: Vec<Type> = ADVERTISED.into_iter().chain([Type::GetSnapshot]).collect();
+    assert_eq!(controller_capabilities(s, &known).await, advertised);
 }
 
 pub async fn get_capacity_returns_capacity_with_no_optional_values(s: &mut Sanity) {
