@@ -162,3 +162,79 @@ fn a_mount_group_owns_the_volume_and_is_inherited() {
     assert_eq!(meta.gid(), 4321);
     assert_eq!(meta.mode() & 0o2070, 0o2070);
 }
+
+#[test]
+fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
+    let (dir, volumes) = open(Some(100));
+    let filled = volumes.create_with(record("v1", 60), |path: &Path| {
+        assert_eq!(volumes.available().unwrap(), 40, "reserved while it fills");
+        assert!(volumes.get("v1").is_none(), "not offered before its record");
+        std::fs::write(path.join("restored"), b"data").unwrap();
+        Ok::<_, VolumeError>(())
+    });
+    assert_eq!(filled.unwrap().capacity, 60);
+    assert_eq!(
+        volumes.available().unwrap(),
+        40,
+        "counted once, by its record"
+    );
+    assert!(volumes.path_of("v1").join("restored").exists());
+
+    let failed = volumes.create_with(record("v2", 30), |path: &Path| {
+        std::fs::write(path.join("half"), b"copied").unwrap();
+        Err(VolumeError::NotFound { id: "gone".into() })
+    });
+    assert!(matches!(failed, Err(VolumeError::NotFound { .. })));
+    assert!(
+        !volumes.path_of("v2").exists(),
+        "the half-filled directory is gone"
+    );
+    assert!(volumes.get("v2").is_none());
+    assert_eq!(
+        volumes.available().unwrap(),
+        40,
+        "its reservation is given back"
+    );
+    drop(volumes);
+    let (_, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
+    assert_eq!(loaded.len(), 1);
+}
+
+#[test]
+fn snapshot_bytes_count_against_the_total_and_are_refused_beyond_it() {
+    let (_dir, volumes) = open(Some(100));
+    volumes.create(record("v1", 50)).unwrap();
+    volumes.charge(30).unwrap();
+    assert_eq!(volumes.available().unwrap(), 20);
+    assert!(matches!(
+        volumes.charge(21),
+        Err(VolumeError::NoSpace {
+            asked: 21,
+            available: 20
+        })
+    ));
+    volumes.refund(30);
+    assert_eq!(volumes.available().unwrap(), 50);
+    let (_dir, unbounded) = open(None);
+    unbounded
+        .charge(u64::MAX)
+        .expect("the filesystem already shows them");
+}
+
+#[test]
+fn directories_whose_create_never_reached_a_record_are_removed_at_start_up() {
+    let (dir, volumes) = open(None);
+    volumes.create(record("v1", 1)).unwrap();
+    let state = dir.path().canonicalize().unwrap();
+    let orphan = state.join("volumes/vol-interrupted");
+    std::fs::create_dir_all(orphan.join("half/restored")).unwrap();
+    let unreadable = state.join("volumes/vol-unreadable");
+    std::fs::create_dir(&unreadable).unwrap();
+    std::fs::write(state.join("meta/vol-unreadable.json"), b"{").unwrap();
+    drop(volumes);
+    let volumes = Volumes::open(&state, None).unwrap();
+    volumes.remove_unrecorded().unwrap();
+    assert!(!orphan.exists());
+    assert!(unreadable.exists(), "its record exists, even if unreadable");
+    assert!(volumes.path_of("v1").exists());
+}

@@ -261,3 +261,7 @@ impl Snapshots {
         copy::remove_tree(&self.path_of(id)).map_err(SnapshotError::Remove)
     }
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
