@@ -26,6 +26,7 @@ mod node_server_node_errors;
 mod node_server_oversize_requests;
 mod node_server_quota_modes;
 mod node_server_sanity;
+mod node_server_snapshot_errors;
 mod node_server_snapshots;
 mod packaging_image;
 mod packaging_manifests;
