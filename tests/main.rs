@@ -20,6 +20,7 @@ mod loop_devices;
 mod node_server_careless_requests;
 mod node_server_concurrency;
 mod node_server_controller_errors;
+mod node_server_group_snapshots;
 mod node_server_lifecycle;
 mod node_server_mount_table;
 mod node_server_node_errors;
