@@ -22,43 +22,22 @@ use csi_nodekit::node_server::loopdev::{self, AttachOptions};
 mod scratch_fs;
 use scratch_fs::{Kind, ScratchFs};
 
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
-const FILES: u64 = 10_000;
+#[allow(dead_code)]
+#[path = "support/volume_tree.rs"]
+mod volume_tree;
+use volume_tree::{GIB, MIB, fill, mib};
 
-/// Bytes that neither compress nor dedupe.
-fn fill(buf: &mut [u8], mut seed: u64) {
-    seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for chunk in buf.chunks_mut(8) {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        chunk.copy_from_slice(&seed.to_le_bytes()[..chunk.len()]);
-    }
-}
+const FILES: u64 = 10_000;
 
 /// 10,000 files in 100 directories, 1 GiB in all.
 fn volume(root: &Path) {
-    let size = (GIB / FILES) as usize;
-    let mut buf = vec![0u8; size];
-    for i in 0..FILES {
-        let dir = root.join(format!("d{:02}", i / 100));
-        if i % 100 == 0 {
-            fs::create_dir_all(&dir).expect("mkdir");
-        }
-        fill(&mut buf, i);
-        fs::write(dir.join(format!("f{i:05}")), &buf).expect("write");
-    }
+    volume_tree::volume(root, FILES, GIB);
 }
 
 fn timed<T>(work: impl FnOnce() -> T) -> (T, Duration) {
     let start = Instant::now();
     let out = work();
     (out, start.elapsed())
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / MIB as f64
 }
 
 /// Copies and reports time and the space it took.

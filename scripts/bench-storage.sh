@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Prints figures for the storage building blocks: snapshot/restore of a 1 GiB, 10,000-file
-# volume with and without reflinks on XFS, btrfs and ext4 loop filesystems; copy_file of a
-# sparse block image; loop device attach/detach and look-up. Needs root, mkfs.xfs, mkfs.btrfs
-# and mkfs.ext4; runs in a private mount namespace. An argument (trees, images, loops) runs one
-# part. BENCH_DIR: where the scratch images go (4 GiB sparse, one at a time).
+# Prints figures for storage: snapshot/restore of a 1 GiB, 10,000-file volume with and without
+# reflinks on XFS, btrfs and ext4 loop filesystems, by the copy engine alone and through
+# node-server's gRPC path (CreateSnapshot, restore, clone, a group snapshot and the spread of
+# its members); copy_file of a sparse block image; loop device attach/detach and look-up.
+# Needs root, mkfs.xfs, mkfs.btrfs and mkfs.ext4; runs in a private mount namespace. An
+# argument (trees, images, loops, grpc) runs one part. BENCH_DIR: where the scratch images go
+# (4 GiB sparse, one at a time); BENCH_FS=xfs,btrfs,ext4 picks filesystems.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked --example storage_bench >&2
-exec unshare --mount --propagation private target/release/examples/storage_bench "$@"
+cargo build --release --locked --example storage_bench --example snapshot_bench >&2
+part="${1:-}"
+if [ "$part" != grpc ]; then
+  unshare --mount --propagation private target/release/examples/storage_bench "$@"
+fi
+if [ -z "$part" ] || [ "$part" = grpc ]; then
+  unshare --mount --propagation private target/release/examples/snapshot_bench
+fi

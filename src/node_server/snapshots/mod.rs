@@ -21,7 +21,7 @@ use super::error::SnapshotError;
 use super::store::{self, Store};
 use super::validate::volume_id_problem;
 pub use records::{Group, Snapshot, Time};
-pub use take::Cut;
+pub use take::{Cut, PARALLEL, spread};
 
 #[derive(Debug, Default)]
 struct Inner {

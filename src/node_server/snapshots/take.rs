@@ -29,10 +29,10 @@ pub const PARALLEL: usize = 16;
 pub struct Cut {
     pub id: String,
     pub report: Report,
+    /// When its copy began and ended.
+    pub started: Instant,
+    pub finished: Instant,
 }
-
-/// When one copy started and ended.
-type Span = (Instant, Instant);
 
 /// Flushes the filesystem holding `dir` (all volumes share the state directory's).
 fn sync(dir: &Path) -> Result<(), SnapshotError> {
@@ -71,13 +71,15 @@ impl Snapshots {
                 }
             });
         }
-        let (mut cuts, mut spans, mut failure) = (Vec::new(), Vec::new(), None);
+        let (mut cuts, mut failure) = (Vec::new(), None);
         for (result, id) in results.into_iter().zip(ids) {
             match result {
-                Ok((report, span)) => {
-                    cuts.push(Cut { id, report });
-                    spans.push(span);
-                }
+                Ok((report, (started, finished))) => cuts.push(Cut {
+                    id,
+                    report,
+                    started,
+                    finished,
+                }),
                 Err(e) => failure = failure.or(Some(e)),
             }
         }
@@ -89,18 +91,22 @@ impl Snapshots {
             }
             return Err(e);
         }
-        if let Some((spread, longest)) = spread(&spans)
-            && spans.len() > 1
+        if let Some((spread, longest)) = spread(&cuts)
+            && cuts.len() > 1
         {
             log::info!(
                 "cut {} snapshots together: all copied within {spread:?} (longest {longest:?})",
-                spans.len()
+                cuts.len()
             );
         }
         Ok((created, cuts))
     }
 
-    fn copy_one(&self, source: &Path, id: &str) -> Result<(Report, Span), SnapshotError> {
+    fn copy_one(
+        &self,
+        source: &Path,
+        id: &str,
+    ) -> Result<(Report, (Instant, Instant)), SnapshotError> {
         let started = Instant::now();
         let report = copy::copy_tree(source, &self.path_of(id), Options::default()).map_err(
             |source_error| SnapshotError::Copy {
@@ -133,10 +139,11 @@ impl Snapshots {
     }
 }
 
-/// From the first copy's start to the last one's end, and the longest single copy.
-pub fn spread(spans: &[Span]) -> Option<(Duration, Duration)> {
-    let first = spans.iter().map(|s| s.0).min()?;
-    let last = spans.iter().map(|s| s.1).max()?;
-    let longest = spans.iter().map(|s| s.1 - s.0).max()?;
+/// From the first copy's start to the last one's end (the window in which the members' files
+/// were copied), and the longest single copy.
+pub fn spread(cuts: &[Cut]) -> Option<(Duration, Duration)> {
+    let first = cuts.iter().map(|c| c.started).min()?;
+    let last = cuts.iter().map(|c| c.finished).max()?;
+    let longest = cuts.iter().map(|c| c.finished - c.started).max()?;
     Some((last - first, longest))
 }

@@ -1,0 +1,272 @@
+//! Figures for snapshots through the real gRPC path, printed (not asserted), with node-server
+//! served in-process on a Unix socket and its state directory on a scratch filesystem:
+//! - CreateSnapshot of a 1 GiB volume of 10,000 files, CreateVolume restoring it, and a clone:
+//!   time and extra disk space, on XFS (reflink), btrfs (reflink) and ext4 (a plain copy);
+//! - CreateVolumeGroupSnapshot of four volumes of 2,500 files (1 GiB in all), and how far apart
+//!   the members' copies ran: the window from the first copy's start to the last one's end,
+//!   with the members copied in parallel (as the GroupController does) and back to back.
+//!
+//! Needs root in a private mount namespace; `scripts/bench-storage.sh grpc` sets that up.
+//! Scratch images go under `BENCH_DIR` (4 GiB sparse, one at a time); `BENCH_FS` picks
+//! filesystems, as for `storage_bench`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use csi_nodekit::node_server::snapshots::{Snapshots, spread};
+use csi_nodekit::node_server::{Config, Plugin, serve};
+use csi_nodekit::proto::csi::controller_client::ControllerClient;
+use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
+use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
+use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, MountVolume};
+use csi_nodekit::proto::csi::*;
+use csi_nodekit::shutdown::Shutdown;
+use tonic::transport::Channel;
+
+#[allow(dead_code)]
+#[path = "../tests/common/scratch_fs.rs"]
+mod scratch_fs;
+use scratch_fs::{Kind, ScratchFs};
+#[allow(dead_code)]
+#[path = "support/volume_tree.rs"]
+mod volume_tree;
+use volume_tree::{GIB, mib};
+
+fn request(
+    name: &str,
+    bytes: u64,
+    source: Option<volume_content_source::Type>,
+) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes as i64,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![VolumeCapability {
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter as i32,
+            }),
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+        }],
+        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+        ..Default::default()
+    }
+}
+
+struct Bench {
+    fs: ScratchFs,
+    state: PathBuf,
+    controller: ControllerClient<Channel>,
+    group: GroupControllerClient<Channel>,
+}
+
+impl Bench {
+    async fn volume(&mut self, name: &str, files: u64, bytes: u64) -> String {
+        let reply = self
+            .controller
+            .create_volume(request(name, 2 * bytes, None))
+            .await;
+        let id = reply
+            .expect("create")
+            .into_inner()
+            .volume
+            .expect("volume")
+            .volume_id;
+        volume_tree::volume(&self.state.join("volumes").join(&id), files, bytes);
+        id
+    }
+
+    /// Runs `call`, printing its time and the space it took.
+    async fn measure<T>(&self, what: &str, call: impl std::future::Future<Output = T>) -> T {
+        let before = self.fs.free_bytes();
+        let start = Instant::now();
+        let out = call.await;
+        let took = start.elapsed();
+        let used = before.saturating_sub(self.fs.free_bytes());
+        println!(
+            "  {what:<40} {:>8.2} s  {:>8.1} MiB extra",
+            took.as_secs_f64(),
+            mib(used)
+        );
+        out
+    }
+}
+
+async fn single(b: &mut Bench) {
+    let id = b.volume("source", 10_000, GIB).await;
+    let snapshot = CreateSnapshotRequest {
+        name: "snap".into(),
+        source_volume_id: id.clone(),
+        ..Default::default()
+    };
+    let mut c = b.controller.clone();
+    let snapshot = b
+        .measure("CreateSnapshot", c.create_snapshot(snapshot))
+        .await;
+    let snapshot_id = snapshot
+        .expect("snapshot")
+        .into_inner()
+        .snapshot
+        .expect("a snapshot")
+        .snapshot_id;
+    let source = volume_content_source::Type::Snapshot(volume_content_source::SnapshotSource {
+        snapshot_id: snapshot_id.clone(),
+    });
+    let restore = request("restored", 0, Some(source));
+    b.measure("CreateVolume from the snapshot", c.create_volume(restore))
+        .await
+        .expect("restore");
+    let source = volume_content_source::Type::Volume(volume_content_source::VolumeSource {
+        volume_id: id.clone(),
+    });
+    let clone = request("clone", 0, Some(source));
+    b.measure("CreateVolume cloning the volume", c.create_volume(clone))
+        .await
+        .expect("clone");
+    let delete = DeleteSnapshotRequest {
+        snapshot_id,
+        ..Default::default()
+    };
+    b.measure("DeleteSnapshot", c.delete_snapshot(delete))
+        .await
+        .expect("delete");
+    // Room for the group part.
+    let listed = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .expect("list");
+    for entry in listed.into_inner().entries {
+        let volume_id = entry.volume.expect("volume").volume_id;
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id,
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+    }
+}
+
+fn window(cuts: &[csi_nodekit::node_server::snapshots::Cut]) -> (Duration, Duration) {
+    spread(cuts).expect("copies were made")
+}
+
+async fn group(b: &mut Bench) {
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(b.volume(&format!("member{i}"), 2_500, GIB / 4).await);
+    }
+    let create = CreateVolumeGroupSnapshotRequest {
+        name: "group".into(),
+        source_volume_ids: ids.clone(),
+        ..Default::default()
+    };
+    let mut g = b.group.clone();
+    let made = b
+        .measure(
+            "CreateVolumeGroupSnapshot, 4 volumes",
+            g.create_volume_group_snapshot(create),
+        )
+        .await;
+    let made = made
+        .expect("group")
+        .into_inner()
+        .group_snapshot
+        .expect("a group");
+    let delete = DeleteVolumeGroupSnapshotRequest {
+        group_snapshot_id: made.group_snapshot_id,
+        snapshot_ids: made
+            .snapshots
+            .iter()
+            .map(|s| s.snapshot_id.clone())
+            .collect(),
+        ..Default::default()
+    };
+    g.delete_volume_group_snapshot(delete)
+        .await
+        .expect("delete group");
+
+    // The same copies the GroupController makes, timed member by member.
+    let dirs: Vec<PathBuf> = ids
+        .iter()
+        .map(|id| b.state.join("volumes").join(id))
+        .collect();
+    let spare = b.fs.path().join("spread");
+    let snapshots = Snapshots::open(&spare).expect("open");
+    let (_, cuts) = snapshots.cut(&dirs).expect("cut together");
+    let (together, longest) = window(&cuts);
+    for cut in &cuts {
+        snapshots.discard(&cut.id).expect("discard");
+    }
+    let mut one_by_one = Vec::new();
+    for dir in &dirs {
+        one_by_one.extend(snapshots.cut(std::slice::from_ref(dir)).expect("cut").1);
+    }
+    let (serial, _) = window(&one_by_one);
+    println!(
+        "  members copied within {:>8.1} ms in parallel (longest copy {:.1} ms), {:.1} ms back to back",
+        together.as_secs_f64() * 1e3,
+        longest.as_secs_f64() * 1e3,
+        serial.as_secs_f64() * 1e3
+    );
+}
+
+async fn run(kind: Kind) {
+    println!("{kind:?}: through gRPC, 1 GiB in 10,000 files; a group of 4 × 2,500 files");
+    let fs = ScratchFs::sized(kind, "noatime", 4 * GIB);
+    let state = fs.path().join("state");
+    let plugin = Plugin::open(Config::new("bench.nodekit.io", "bench", &state)).expect("open");
+    let socket = fs.path().join("csi.sock");
+    let perms = csi_nodekit::socket::Permissions {
+        mode: 0o600,
+        gid: None,
+    };
+    let (listener, guard) = csi_nodekit::socket::bind_tokio(&socket, perms).expect("bind");
+    let (trigger, shutdown) = Shutdown::manual();
+    let server = tokio::spawn(async move {
+        let _guard = guard;
+        serve(listener, plugin, shutdown).await
+    });
+    let channel = csi_nodekit::socket::connect(&socket)
+        .await
+        .expect("connect");
+    let mut bench = Bench {
+        fs,
+        state,
+        controller: ControllerClient::new(channel.clone()),
+        group: GroupControllerClient::new(channel),
+    };
+    single(&mut bench).await;
+    group(&mut bench).await;
+    trigger.fire();
+    server.await.expect("join").expect("serve");
+}
+
+/// `BENCH_FS=xfs,ext4` limits the filesystems (default: all).
+fn selected(kind: Kind) -> bool {
+    std::env::var("BENCH_FS").map_or(true, |list| {
+        list.split(',')
+            .any(|name| name.eq_ignore_ascii_case(&format!("{kind:?}")))
+    })
+}
+
+fn main() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root: run scripts/bench-storage.sh grpc"
+    );
+    if let Ok(dir) = std::env::var("BENCH_DIR") {
+        // SAFETY: single-threaded here, before the runtime starts; tempfile reads TMPDIR.
+        unsafe { std::env::set_var("TMPDIR", dir) };
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for kind in [Kind::Xfs, Kind::Btrfs, Kind::Ext4] {
+        if selected(kind) {
+            runtime.block_on(run(kind));
+        }
+    }
+}
