@@ -24,13 +24,11 @@ use csi_nodekit::shutdown::Shutdown;
 use tonic::transport::Channel;
 
 #[allow(dead_code)]
-#[path = "../tests/common/scratch_fs.rs"]
-mod scratch_fs;
-use scratch_fs::{Kind, ScratchFs};
-#[allow(dead_code)]
-#[path = "support/volume_tree.rs"]
-mod volume_tree;
-use volume_tree::{GIB, mib};
+#[path = "support/bench.rs"]
+mod bench;
+use bench::scratch_fs::{Kind, ScratchFs};
+use bench::selected;
+use bench::{GIB, mib};
 
 fn request(
     name: &str,
@@ -73,7 +71,7 @@ impl Bench {
             .volume
             .expect("volume")
             .volume_id;
-        volume_tree::volume(&self.state.join("volumes").join(&id), files, bytes);
+        bench::volume(&self.state.join("volumes").join(&id), files, bytes);
         id
     }
 
@@ -242,23 +240,8 @@ async fn run(kind: Kind) {
     server.await.expect("join").expect("serve");
 }
 
-/// `BENCH_FS=xfs,ext4` limits the filesystems (default: all).
-fn selected(kind: Kind) -> bool {
-    std::env::var("BENCH_FS").map_or(true, |list| {
-        list.split(',')
-            .any(|name| name.eq_ignore_ascii_case(&format!("{kind:?}")))
-    })
-}
-
 fn main() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root: run scripts/bench-storage.sh grpc"
-    );
-    if let Ok(dir) = std::env::var("BENCH_DIR") {
-        // SAFETY: single-threaded here, before the runtime starts; tempfile reads TMPDIR.
-        unsafe { std::env::set_var("TMPDIR", dir) };
-    }
+    bench::prepare("grpc");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -18,20 +18,17 @@ use csi_nodekit::node_server::copy::{self, Options, Report};
 use csi_nodekit::node_server::loopdev::{self, AttachOptions};
 
 #[allow(dead_code)]
-#[path = "../tests/common/scratch_fs.rs"]
-mod scratch_fs;
-use scratch_fs::{Kind, ScratchFs};
-
-#[allow(dead_code)]
-#[path = "support/volume_tree.rs"]
-mod volume_tree;
-use volume_tree::{GIB, MIB, fill, mib};
+#[path = "support/bench.rs"]
+mod bench;
+use bench::scratch_fs::{Kind, ScratchFs};
+use bench::selected;
+use bench::{GIB, MIB, fill, mib};
 
 const FILES: u64 = 10_000;
 
 /// 10,000 files in 100 directories, 1 GiB in all.
 fn volume(root: &Path) {
-    volume_tree::volume(root, FILES, GIB);
+    bench::volume(root, FILES, GIB);
 }
 
 fn timed<T>(work: impl FnOnce() -> T) -> (T, Duration) {
@@ -175,23 +172,8 @@ fn loops() {
     }
 }
 
-/// `BENCH_FS=xfs,ext4` limits the filesystems (default: all).
-fn selected(kind: Kind) -> bool {
-    std::env::var("BENCH_FS").map_or(true, |list| {
-        list.split(',')
-            .any(|name| name.eq_ignore_ascii_case(&format!("{kind:?}")))
-    })
-}
-
 fn main() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root: run scripts/bench-storage.sh"
-    );
-    if let Ok(dir) = std::env::var("BENCH_DIR") {
-        // SAFETY: single-threaded here; tempfile reads TMPDIR.
-        unsafe { std::env::set_var("TMPDIR", dir) };
-    }
+    bench::prepare("");
     let only = std::env::args().nth(1).unwrap_or_default();
     if only.is_empty() || only == "trees" {
         for kind in [Kind::Xfs, Kind::Btrfs, Kind::Ext4] {

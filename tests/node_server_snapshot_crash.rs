@@ -10,18 +10,8 @@ use nix::sys::signal::Signal;
 use crate::common::csi_node::*;
 use crate::common::csi_snapshots::*;
 use crate::common::scratch_fs::{Kind, ScratchFs};
+use crate::common::tree_fixture;
 use crate::common::{self, KillOnDrop};
-
-/// 20,000 small files in 100 directories: long enough to copy to kill the copy halfway.
-fn many_files(root: &Path) {
-    for d in 0..100 {
-        let dir = root.join(format!("d{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in 0..200 {
-            std::fs::write(dir.join(format!("f{f:03}")), format!("{d}/{f}")).unwrap();
-        }
-    }
-}
 
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -67,7 +57,7 @@ async fn a_server_killed_mid_snapshot_or_mid_restore_restarts_clean_and_the_call
     let (mut child, mut csi) = start_binary(&socket, &state).await;
     let id = create(&mut csi, "source", 64 << 20).await;
     let source_dir = state.join("volumes").join(&id);
-    many_files(&source_dir);
+    tree_fixture::many_files(&source_dir);
     let sums = checksums(&source_dir);
 
     let mut client = csi.clone();

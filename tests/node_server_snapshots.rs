@@ -140,17 +140,6 @@ async fn snapshots_outlive_their_deleted_source_and_a_restart() {
     server.stop().await;
 }
 
-/// 20,000 small files: long enough to copy that calls can land while it runs.
-fn many_files(root: &Path) {
-    for d in 0..100 {
-        let dir = root.join(format!("d{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in 0..200 {
-            std::fs::write(dir.join(format!("f{f:03}")), format!("{d}/{f}")).unwrap();
-        }
-    }
-}
-
 /// Whether a snapshot copy is under way in `state` (its temporary name is there).
 fn copying(state: &Path) -> bool {
     std::fs::read_dir(state.join("snapshots")).is_ok_and(|mut names| {
@@ -167,7 +156,7 @@ async fn a_volume_being_snapshotted_cannot_be_deleted_but_can_be_published_meanw
     let server = start_at(&sandbox, &state, None).await;
     let mut csi = server.client().await;
     let id = create(&mut csi, "busy", 64 * MIB).await;
-    many_files(&state.join("volumes").join(&id));
+    tree_fixture::many_files(&state.join("volumes").join(&id));
     let mut other = csi.clone();
     let source = id.clone();
     let cut = tokio::spawn(async move { other.snapshot("while-busy", &source).await });

@@ -47,7 +47,6 @@ pub fn status(error: SnapshotError) -> Status {
         | E::Copy { .. }
         | E::Remove(_)
         | E::Store(_)
-        | E::Io { .. }
         | E::Worker(_) => Code::Internal,
     };
     Status::new(code, error.to_string())

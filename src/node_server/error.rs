@@ -132,13 +132,6 @@ pub enum SnapshotError {
     Remove(CopyError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Worker(#[from] WorkerError),
 }

@@ -296,3 +296,15 @@ pub fn data_tree(root: &Path) -> u64 {
     }
     32 << 20
 }
+
+/// 20,000 small files in 100 directories: a tree that takes a while to copy, so that calls
+/// (or a kill) can land while a copy of it runs.
+pub fn many_files(root: &Path) {
+    for d in 0..100 {
+        let dir = root.join(format!("d{d:03}"));
+        fs::create_dir_all(&dir).expect("mkdir");
+        for f in 0..200 {
+            fs::write(dir.join(format!("f{f:03}")), format!("{d}/{f}")).expect("write");
+        }
+    }
+}

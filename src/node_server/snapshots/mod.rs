@@ -20,6 +20,7 @@ use super::copy;
 use super::error::SnapshotError;
 use super::store::{self, Store};
 use super::validate::volume_id_problem;
+use super::volumes::VolumeError;
 pub use records::{Group, Snapshot, Time};
 pub use take::{Cut, PARALLEL, spread};
 
@@ -45,10 +46,12 @@ pub struct Snapshots {
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SnapshotError + 'a {
-    move |source| SnapshotError::Io {
-        op,
-        path: path.to_owned(),
-        source,
+    move |source| {
+        SnapshotError::Volume(VolumeError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        })
     }
 }
 

@@ -58,6 +58,10 @@ fn time_from_json(value: &Value) -> Option<Time> {
     Some((value.get("seconds")?.as_i64()?, nanos))
 }
 
+fn text(value: &Value, key: &str) -> Option<String> {
+    Some(value.get(key)?.as_str()?.to_owned())
+}
+
 fn strings(value: &Value) -> Option<Vec<String>> {
     (value.as_array()?.iter())
         .map(|v| v.as_str().map(str::to_owned))
@@ -90,9 +94,9 @@ impl Persisted for Snapshot {
             id => Some(id.as_str()?.to_owned()),
         };
         Some(Self {
-            id: value.get("id")?.as_str()?.to_owned(),
-            name: value.get("name")?.as_str()?.to_owned(),
-            source_volume: value.get("source_volume_id")?.as_str()?.to_owned(),
+            id: text(value, "id")?,
+            name: text(value, "name")?,
+            source_volume: text(value, "source_volume_id")?,
             size: value.get("size_bytes")?.as_u64()?,
             created: time_from_json(value.get("creation_time")?)?,
             bytes: value.get("data_bytes")?.as_u64()?,
@@ -111,18 +115,18 @@ impl Persisted for Group {
     fn to_json(&self) -> Value {
         json!({
             "version": 1,
+            "creation_time": time_to_json(self.created),
             "id": self.id,
             "name": self.name,
             "source_volume_ids": self.sources,
             "snapshot_ids": self.members,
-            "creation_time": time_to_json(self.created),
         })
     }
 
     fn from_json(value: &Value) -> Option<Self> {
         let group = Self {
-            id: value.get("id")?.as_str()?.to_owned(),
-            name: value.get("name")?.as_str()?.to_owned(),
+            id: text(value, "id")?,
+            name: text(value, "name")?,
             sources: strings(value.get("source_volume_ids")?)?,
             members: strings(value.get("snapshot_ids")?)?,
             created: time_from_json(value.get("creation_time")?)?,

@@ -19,6 +19,7 @@ use super::Snapshots;
 use super::records::{Time, now};
 use crate::node_server::copy::{self, Options, Report, SkipReason};
 use crate::node_server::error::SnapshotError;
+use crate::node_server::volumes::VolumeError;
 
 /// The most copies of one group that run at once: beyond this, threads only queue on the
 /// filesystem's journal and the disk.
@@ -36,10 +37,12 @@ pub struct Cut {
 
 /// Flushes the filesystem holding `dir` (all volumes share the state directory's).
 fn sync(dir: &Path) -> Result<(), SnapshotError> {
-    let fail = |source| SnapshotError::Io {
-        op: "sync the filesystem of",
-        path: dir.to_owned(),
-        source,
+    let fail = |source| {
+        SnapshotError::Volume(VolumeError::Io {
+            op: "sync the filesystem of",
+            path: dir.to_owned(),
+            source,
+        })
     };
     let file = File::open(dir).map_err(fail)?;
     nix::unistd::syncfs(&file).map_err(|e| fail(e.into()))

@@ -1,7 +1,12 @@
-//! The benchmarks' volume: 10,000 files of incompressible bytes in 100 directories.
+//! What the storage benchmarks share: scratch filesystems, the volume they copy (files of
+//! incompressible bytes in directories of 100), `BENCH_FS` and `BENCH_DIR`.
 
 use std::fs;
 use std::path::Path;
+
+#[path = "../../tests/common/scratch_fs.rs"]
+pub mod scratch_fs;
+use scratch_fs::Kind;
 
 pub const GIB: u64 = 1 << 30;
 pub const MIB: u64 = 1 << 20;
@@ -33,4 +38,25 @@ pub fn volume(root: &Path, files: u64, bytes: u64) {
 
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB as f64
+}
+
+/// `BENCH_FS=xfs,ext4` limits the filesystems (default: all).
+pub fn selected(kind: Kind) -> bool {
+    std::env::var("BENCH_FS").map_or(true, |list| {
+        list.split(',')
+            .any(|name| name.eq_ignore_ascii_case(&format!("{kind:?}")))
+    })
+}
+
+/// Checks for root and points temporary files (the scratch images) at `BENCH_DIR`. Call it
+/// before any thread starts.
+pub fn prepare(part: &str) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root: run scripts/bench-storage.sh {part}"
+    );
+    if let Ok(dir) = std::env::var("BENCH_DIR") {
+        // SAFETY: no other thread runs yet (the caller's promise); tempfile reads TMPDIR.
+        unsafe { std::env::set_var("TMPDIR", dir) };
+    }
 }
