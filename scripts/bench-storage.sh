@@ -5,7 +5,7 @@
 # its members); copy_file of a sparse block image; loop device attach/detach and look-up.
 # Needs root, mkfs.xfs, mkfs.btrfs and mkfs.ext4; runs in a private mount namespace. An
 # argument (trees, images, loops, grpc) runs one part. BENCH_DIR: where the scratch images go
-# (4 GiB sparse, one at a time); BENCH_FS=xfs,btrfs,ext4 picks filesystems.
+# (up to 6 GiB sparse, one at a time); BENCH_FS=xfs,btrfs,ext4 picks filesystems.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --example storage_bench --example snapshot_bench >&2

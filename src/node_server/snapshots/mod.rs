@@ -22,7 +22,7 @@ use super::store::{self, Store};
 use super::validate::volume_id_problem;
 use super::volumes::VolumeError;
 pub use records::{Group, Snapshot, Time};
-pub use take::{Cut, PARALLEL, spread};
+pub use take::{Cut, spread};
 
 #[derive(Debug, Default)]
 struct Inner {
