@@ -12,7 +12,7 @@ use super::driver::Driver;
 use super::error::ControllerError;
 use super::field_limits::SizeLimits;
 use super::quota::QuotaError;
-use super::validate::{self, decode_token, encode_token, volume_id_problem};
+use super::validate::{self, decode_token, encode_token};
 use super::volumes::{ContentSource, VolumeError as V};
 use crate::proto::csi::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,

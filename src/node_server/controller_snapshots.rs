@@ -42,7 +42,8 @@ pub fn status(error: SnapshotError) -> Status {
             | V::InUse { .. }
             | V::Unlocatable(_)
             | V::Io { .. }
-            | V::Store(_),
+            | V::Store(_)
+            | V::Quota(_),
         )
         | E::Copy { .. }
         | E::Remove(_)

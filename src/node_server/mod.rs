@@ -279,8 +279,8 @@ pub async fn serve(
     let max = field_limits::MAX_REQUEST;
     let identity = IdentityServer::new(identity::IdentityService(Arc::clone(&driver)));
     let node = NodeServer::new(node::NodeService(Arc::clone(&driver)));
-    let group =
-        GroupControllerServer::new(group_controller::GroupControllerService(Arc::clone(&driver)));
+    let groups = group_controller::GroupControllerService(Arc::clone(&driver));
+    let group = GroupControllerServer::new(groups);
     let controller = ControllerServer::new(controller::ControllerService(driver));
     let server = bounded_server()
         .add_service(identity.max_decoding_message_size(max))

@@ -213,10 +213,10 @@ impl Drop for KillOnDrop {
     }
 }
 pub mod csi_node;
+pub mod csi_snapshots;
 pub mod doctor;
 #[cfg(feature = "kube-api")]
 pub mod fake_api;
-pub mod csi_snapshots;
 pub mod fake_driver;
 pub mod fake_plugin;
 pub mod kubelet;
