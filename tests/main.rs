@@ -12,6 +12,7 @@ mod copy_tree;
 mod demo;
 mod dispatch;
 mod end_to_end;
+mod fault_suite;
 mod grpc_any_authority;
 mod http_flood;
 mod logging;

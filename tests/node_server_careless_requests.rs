@@ -51,7 +51,7 @@ async fn publishing_onto_the_staging_path_or_nested_with_it_is_refused_and_leave
 
 /// Every call that names a volume, with `id` (staging at `<dir>/s`, target `<dir>/t`): the
 /// code each answers.
-async fn codes_for(csi: &mut Csi, id: &str, dir: &Path) -> Vec<(&'static str, Code)> {
+pub(crate) async fn codes_for(csi: &mut Csi, id: &str, dir: &Path) -> Vec<(&'static str, Code)> {
     let (staging, target) = (dir.join("s"), dir.join("t"));
     let code_of = |result: Result<(), tonic::Status>| match result {
         Ok(()) => Code::Ok,

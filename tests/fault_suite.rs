@@ -1,0 +1,15 @@
+//! The fault suite: what real nodes do to the three modes, tried again and again on real
+//! processes, sockets and mounts. Each case prints one line,
+//! `fault <case>: tried N, survived N, lost N`, and fails unless every try survived and
+//! nothing was lost. "Survived": the process kept (or came back to) serving and answered what
+//! the spec or upstream answers. "Lost": data in a volume, a file that was not ours, or a
+//! registration that never came back. `cargo test --test integration fault_suite -- \
+//! --include-ignored --nocapture` prints the table the README shows.
+
+mod clients;
+mod processes;
+mod registration;
+mod restarts;
+mod socket_paths;
+mod tally;
+mod volumes;

@@ -1,0 +1,315 @@
+//! node-server's volumes under storms and careless requests, through the real binary on real
+//! bind mounts: nothing acknowledged is lost, mounts never stack, a mounted volume is never
+//! deleted, and a network-namespace mount or odd path on the node breaks nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::tally::{Outcome, Tally};
+use crate::common::csi_node::*;
+use crate::common::{KillOnDrop, spawn_node_server};
+use csi_nodekit::node_server::mountinfo::MountTable;
+use tonic::Code;
+
+/// The real node-server in a mount sandbox, and a client.
+async fn served(sandbox: &MountSandbox) -> (KillOnDrop, Csi) {
+    let socket = sandbox.path().join("csi.sock");
+    let process = spawn_node_server(&socket, &sandbox.path().join("state"), &[]);
+    assert!(super::processes::probe_ready(&socket).await, "node-server");
+    (process, connect(&socket).await)
+}
+
+/// A deterministic pseudo-random sequence (xorshift), so a failing storm can be replayed.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, sides: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % sides as u64) as usize
+    }
+}
+
+/// Mount points under `root` that appear more than once in the mount table (stacked mounts).
+fn stacked(root: &Path) -> Vec<PathBuf> {
+    let table = MountTable::read().expect("read mount table");
+    let mut seen = BTreeMap::<PathBuf, usize>::new();
+    for entry in table.mounts_under(root) {
+        *seen.entry(entry.mount_point.clone()).or_default() += 1;
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(p, _)| p)
+        .collect()
+}
+
+fn content(id: &str) -> Vec<u8> {
+    format!("data of {id}\n").repeat(1000).into_bytes()
+}
+
+const VOLUMES: usize = 6;
+const WORKERS: u64 = 8;
+const OPS: usize = 40;
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storms_of_publish_unpublish_and_delete_lose_no_data_and_stack_no_mounts() {
+    let sandbox = MountSandbox::new();
+    let (_process, mut csi) = served(&sandbox).await;
+    let mut ids = Vec::new();
+    for n in 0..VOLUMES {
+        let id = create(&mut csi, &format!("pvc-storm-{n}"), 1 << 20).await;
+        let (staging, target) = (
+            sandbox.dir(&format!("s{n}")),
+            sandbox.path().join(format!("t{n}a")),
+        );
+        csi.stage_and_publish(&id, &staging, &target, false).await;
+        std::fs::write(target.join("data"), content(&id)).unwrap();
+        ids.push(id);
+    }
+    let mut tally = Tally::new("publish/unpublish/unstage/delete storm, 8 workers x 40 calls");
+    let workers = (0..WORKERS).map(|worker| {
+        let (mut csi, ids, root) = (csi.clone(), ids.clone(), sandbox.path().to_owned());
+        tokio::spawn(async move {
+            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (worker + 1));
+            let mut answers = Vec::new();
+            for _ in 0..OPS {
+                let n = dice.roll(VOLUMES);
+                let id = &ids[n];
+                let staging = root.join(format!("s{n}"));
+                let target = root.join(format!("t{n}{}", ["a", "b"][dice.roll(2)]));
+                let (call, result) = match dice.roll(5) {
+                    0 => (
+                        "stage",
+                        csi.node
+                            .node_stage_volume(stage_request(id, &staging))
+                            .await
+                            .map(drop),
+                    ),
+                    1 => (
+                        "publish",
+                        csi.node
+                            .node_publish_volume(publish_request(id, &staging, &target, false))
+                            .await
+                            .map(drop),
+                    ),
+                    2 => (
+                        "unpublish",
+                        csi.node
+                            .node_unpublish_volume(unpublish_request(id, &target))
+                            .await
+                            .map(drop),
+                    ),
+                    3 => (
+                        "unstage",
+                        csi.node
+                            .node_unstage_volume(unstage_request(id, &staging))
+                            .await
+                            .map(drop),
+                    ),
+                    _ => (
+                        "delete",
+                        csi.controller
+                            .delete_volume(delete_request(id))
+                            .await
+                            .map(drop),
+                    ),
+                };
+                answers.push((
+                    n,
+                    call,
+                    result.map_err(|s| (s.code(), s.message().to_owned())),
+                ));
+            }
+            answers
+        })
+    });
+    let mut deleted = [false; VOLUMES];
+    let mut done = BTreeMap::<&str, usize>::new();
+    for worker in workers.collect::<Vec<_>>() {
+        for (n, call, answer) in worker.await.expect("worker") {
+            // What a CO may be told: done, busy (retry), in use, or gone after a delete.
+            let fine = match &answer {
+                Ok(()) => true,
+                Err((Code::Aborted | Code::FailedPrecondition | Code::NotFound, _)) => true,
+                Err(_) => false,
+            };
+            if answer.is_ok() {
+                *done.entry(call).or_default() += 1;
+                deleted[n] |= call == "delete";
+            }
+            tally.check(fine, format_args!("{call} of volume {n}: {answer:?}"));
+        }
+    }
+    let state = sandbox.path().join("state/volumes");
+    for (n, id) in ids.iter().enumerate() {
+        let data = std::fs::read(state.join(id).join("data")).ok();
+        let outcome = match (deleted[n], data) {
+            (true, None) => Outcome::Survived,
+            (_, Some(data)) if data == content(id) => Outcome::Survived,
+            _ => Outcome::Lost,
+        };
+        tally.record(
+            outcome,
+            format_args!("volume {n} (deleted: {})", deleted[n]),
+        );
+    }
+    let gone = deleted.iter().filter(|d| **d).count();
+    tally.note(format_args!(
+        "answered OK: {done:?}; {gone} of {VOLUMES} volumes deleted"
+    ));
+    let stacked = stacked(sandbox.path());
+    tally.check(
+        stacked.is_empty(),
+        format_args!("stacked mounts: {stacked:?}"),
+    );
+    tally.finish();
+}
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mounted_volume_is_never_deleted_and_keeps_its_data() {
+    let sandbox = MountSandbox::new();
+    let (_process, mut csi) = served(&sandbox).await;
+    let mut tally = Tally::new("DeleteVolume of a staged, published or mount-holding volume");
+    for attempt in 0..3 {
+        for how in ["staged", "published", "holding a mount"] {
+            let id = create(&mut csi, &format!("pvc-keep-{attempt}-{how}"), 1 << 20).await;
+            let dir = sandbox.path().join("state/volumes").join(&id);
+            std::fs::write(dir.join("data"), content(&id)).unwrap();
+            let staging = sandbox.dir(&format!("keep-s-{attempt}-{how}"));
+            let target = sandbox.path().join(format!("keep-t-{attempt}-{how}"));
+            let elsewhere = sandbox.dir(&format!("elsewhere-{attempt}"));
+            match how {
+                "staged" => {
+                    csi.node
+                        .node_stage_volume(stage_request(&id, &staging))
+                        .await
+                        .unwrap();
+                }
+                "published" => csi.stage_and_publish(&id, &staging, &target, false).await,
+                _ => {
+                    let point = dir.join("inner");
+                    std::fs::create_dir(&point).unwrap();
+                    nix::mount::mount(
+                        Some(&elsewhere),
+                        &point,
+                        None::<&str>,
+                        nix::mount::MsFlags::MS_BIND,
+                        None::<&str>,
+                    )
+                    .unwrap();
+                }
+            }
+            let answer = csi.controller.delete_volume(delete_request(&id)).await;
+            let kept = std::fs::read(dir.join("data")).is_ok_and(|d| d == content(&id));
+            let outcome = match (&answer, kept) {
+                (_, false) => Outcome::Lost,
+                (Err(s), true) if s.code() == Code::FailedPrecondition => Outcome::Survived,
+                _ => Outcome::Failed,
+            };
+            tally.record(outcome, format_args!("{how}, try {attempt}: {answer:?}"));
+        }
+    }
+    tally.finish();
+}
+
+/// Bind-mounts the network namespace on `file`, as CNI does under `/run/netns`.
+fn bind_netns(file: &Path) {
+    std::fs::write(file, b"").unwrap();
+    let flags = nix::mount::MsFlags::MS_BIND;
+    nix::mount::mount(
+        Some("/proc/self/ns/net"),
+        file,
+        None::<&str>,
+        flags,
+        None::<&str>,
+    )
+    .expect("bind-mount /proc/self/ns/net");
+}
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycles_with_a_netns_mount_and_odd_paths_on_the_node_all_succeed() {
+    let sandbox = MountSandbox::new();
+    bind_netns(&sandbox.path().join("cni-netns"));
+    let (_process, mut csi) = served(&sandbox).await;
+    let mut tally = Tally::new(
+        "volume lifecycles beside an nsfs mount, paths with space/tab/newline/backslash",
+    );
+    for (n, odd) in [
+        "plain",
+        "with space",
+        "with\ttab",
+        "with\nnewline",
+        "with\\backslash",
+    ]
+    .iter()
+    .cycle()
+    .take(10)
+    .enumerate()
+    {
+        let id = create(&mut csi, &format!("pvc-odd-{n}"), 1 << 20).await;
+        let staging = sandbox.dir(&format!("{odd} s{n}"));
+        let target = sandbox.path().join(format!("{odd} t{n}"));
+        let mut steps = Vec::new();
+        let r = csi
+            .node
+            .node_stage_volume(stage_request(&id, &staging))
+            .await;
+        steps.push(("stage", r.map(drop)));
+        let r = csi
+            .node
+            .node_publish_volume(publish_request(&id, &staging, &target, false))
+            .await;
+        steps.push(("publish", r.map(drop)));
+        let written = std::fs::write(target.join("data"), b"x").is_ok();
+        let r = csi
+            .node
+            .node_get_volume_stats(stats_request(&id, &target.display().to_string()))
+            .await;
+        steps.push(("stats", r.map(drop)));
+        let r = csi
+            .node
+            .node_unpublish_volume(unpublish_request(&id, &target))
+            .await;
+        steps.push(("unpublish", r.map(drop)));
+        let r = csi
+            .node
+            .node_unstage_volume(unstage_request(&id, &staging))
+            .await;
+        steps.push(("unstage", r.map(drop)));
+        let r = csi.controller.delete_volume(delete_request(&id)).await;
+        steps.push(("delete", r.map(drop)));
+        let failed: Vec<_> = steps.iter().filter(|(_, r)| r.is_err()).collect();
+        tally.check(
+            written && failed.is_empty(),
+            format_args!("{odd:?}: written {written}, failed {failed:?}"),
+        );
+    }
+    tally.finish();
+}
+
+#[tokio::test]
+async fn malformed_volume_ids_are_refused_by_every_call_and_touch_nothing() {
+    let (sandbox, server, mut csi) = setup().await;
+    let dir = sandbox.dir("pods");
+    let outside = sandbox.dir("outside");
+    std::fs::write(outside.join("keep"), b"x").unwrap();
+    let mut tally = Tally::new("malformed volume IDs x every call that names a volume");
+    for bad in ["..", "/", "a/b", "../../outside", ".", "", &"x".repeat(129)] {
+        let codes = crate::node_server_careless_requests::codes_for(&mut csi, bad, &dir).await;
+        for (rpc, code) in codes {
+            let kept = outside.join("keep").exists();
+            let outcome = match code {
+                _ if !kept => Outcome::Lost,
+                Code::InvalidArgument => Outcome::Survived,
+                _ => Outcome::Failed,
+            };
+            tally.record(outcome, format_args!("{rpc} of {bad:?}: {code:?}"));
+        }
+    }
+    tally.finish();
+    server.stop().await;
+}
