@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One benchmark run for the README's *Figures* table: the machine it ran on, then every
+# benchmark's printed figures, in one log. Needs root (mounts, loop devices), mkfs.xfs,
+# mkfs.btrfs and mkfs.ext4. Takes 10-20 minutes on 2 cores, most of it release builds and
+# 1 GiB copies. Usage: scripts/bench-all.sh [LOG] (default: target/bench-all.log).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log="${1:-target/bench-all.log}"
+mkdir -p "$(dirname "$log")"
+{
+  echo "== machine"
+  date -u '+%Y-%m-%d %H:%M UTC'
+  sed -n 's/^model name\s*: //p' /proc/cpuinfo | sort | uniq -c
+  echo "cores: $(nproc); memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  echo "kernel: $(uname -r); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "rustc: $(rustc --version)"
+  echo "== static binary"
+  scripts/build-static.sh 2>&1 | tail -n 3
+  echo "== cargo bench --bench sidecars"
+  cargo bench --locked --bench sidecars 2>/dev/null
+  echo "== cargo bench --bench doctor"
+  cargo bench --locked --bench doctor 2>/dev/null
+  echo "== scripts/bench-node-server.sh"
+  scripts/bench-node-server.sh 2>/dev/null
+  echo "== scripts/bench-storage.sh"
+  scripts/bench-storage.sh 2>/dev/null
+  echo "== load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+} 2>&1 | tee "$log"
