@@ -45,6 +45,7 @@ const GENERIC: &[(&str, Case)] = cases![
     an_ephemeral_inline_volume_with_a_size_is_held_to_it,
     node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_why,
     measure_create_and_delete_through_grpc_quotad_against_plain,
+    restores_and_clones_get_a_project_of_their_own_and_are_held_to_their_size,
 ];
 
 /// Every case's name, `xfs::…` then `ext4::…`.

@@ -249,3 +249,72 @@ pub fn measure_create_and_delete_through_grpc_quotad_against_plain(kind: FsKind)
         ),
     );
 }
+
+/// A restore and a clone are volumes like any other: a project of their own, created before
+/// the copy so the copied data is charged to it, and a writer in them stops at their size.
+pub fn restores_and_clones_get_a_project_of_their_own_and_are_held_to_their_size(kind: FsKind) {
+    use crate::common::csi_snapshots::{from_snapshot, from_volume, snapshot_request};
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let served = Served::start(&fs, "state", &["--quota=on"]);
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        let pod = served.pod("source");
+        let source = create_and_publish(&mut csi, "pvc-source", 8 * MIB, &pod).await;
+        let source_project = served.recorded_project(&source).expect("source project");
+        std::fs::write(pod.target.join("data"), vec![7u8; 4 * MIB as usize]).unwrap();
+        let snapshot = csi
+            .controller
+            .create_snapshot(snapshot_request("snap-a", &source))
+            .await
+            .expect("create snapshot")
+            .into_inner()
+            .snapshot
+            .expect("snapshot")
+            .snapshot_id;
+        let requests = [
+            (
+                "restore",
+                from_snapshot("pvc-restored", 8 * MIB as i64, &snapshot),
+            ),
+            ("clone", from_volume("pvc-cloned", 8 * MIB as i64, &source)),
+        ];
+        for (what, request) in requests {
+            let id = (csi.controller.create_volume(request).await)
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+                .into_inner()
+                .volume
+                .expect("volume")
+                .volume_id;
+            let project = served.recorded_project(&id).expect("a recorded project ID");
+            assert_ne!(project, source_project, "{what}: a project of its own");
+            let dir = served.volume_dir(&id);
+            assert_eq!(
+                quota::project_of(&dir).unwrap().id,
+                project,
+                "{what}: directory"
+            );
+            assert_eq!(
+                quota::project_of(&dir.join("data")).unwrap().id,
+                project,
+                "{what}: the copied file is charged to the new volume"
+            );
+            fs.sync();
+            let charged = q.usage(project).unwrap();
+            assert!(charged.bytes >= 4 * MIB, "{what}: {charged:?}");
+            assert_eq!(charged.limits.bytes, 8 * MIB, "{what}: limit of its size");
+            let pod = served.pod(what);
+            csi.stage_and_publish(&id, &pod.staging, &pod.target, false)
+                .await;
+            let before = q.usage(project).unwrap().bytes;
+            let w = write_until_error(&pod.target.join("fill"), 64 * MIB, NOBODY);
+            let overshoot = assert_stopped_at(&fs, &q, project, 8 * MIB, before, &w);
+            figure(
+                kind,
+                format_args!("{what} of a 4 MiB volume, its writer: overshoot={overshoot} bytes"),
+            );
+            remove(&mut csi, &id, &pod).await;
+        }
+        remove(&mut csi, &source, &pod).await;
+    });
+}
