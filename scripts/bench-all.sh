@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One benchmark run for the README's *Figures* table: the machine it ran on, then every
 # benchmark's printed figures, in one log. Needs root (mounts, loop devices), mkfs.xfs,
-# mkfs.btrfs and mkfs.ext4. Takes 10-20 minutes on 2 cores, most of it release builds and
-# 1 GiB copies. Usage: scripts/bench-all.sh [LOG] (default: target/bench-all.log).
+# mkfs.btrfs and mkfs.ext4, and for the quota figures QEMU (scripts/vm-kernel.sh installs
+# it). Takes 20-30 minutes on 2 cores, most of it release builds, 1 GiB copies and the VM.
+# Usage: scripts/bench-all.sh [LOG] (default: target/bench-all.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log="${1:-target/bench-all.log}"
@@ -24,5 +25,9 @@ mkdir -p "$(dirname "$log")"
   scripts/bench-node-server.sh 2>/dev/null
   echo "== scripts/bench-storage.sh"
   scripts/bench-storage.sh 2>/dev/null
+  echo "== the quota VM test's figures (QEMU software emulation; compare them with each other)"
+  bash scripts/vm-kernel.sh
+  unshare --mount --propagation private cargo test --locked --test integration quota_vm -- \
+    --include-ignored --nocapture 2>&1 | grep -E '^quota VM (figure|: boot)'
   echo "== load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } 2>&1 | tee "$log"
