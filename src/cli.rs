@@ -43,6 +43,9 @@ pub struct Invocation {
     /// `csi-nodekit registrar`, ...
     pub program: String,
     pub args: Vec<String>,
+    /// How many of `args` the name implied (`livenessprobe` is `probe serve`): the help's
+    /// usage line leaves them out, so that it shows a command line that works.
+    pub implied: usize,
 }
 
 /// What the first look at `argv` decided.
@@ -51,10 +54,12 @@ pub enum Dispatch {
     Run(Invocation),
     /// `csi-nodekit --version`
     Version,
-    /// `csi-nodekit --help`: the usage text, on stdout, success.
+    /// `csi-nodekit --help`: the modes, on stdout, success.
     Help,
     /// No mode or an unknown one: a one-line complaint, then the usage text, exit 2.
     Unknown(String),
+    /// `csi-nodekit --bogus`: one line naming the flag, exit 2.
+    UnknownFlag(String),
 }
 
 /// The usage line that lists the modes.
@@ -62,8 +67,39 @@ pub fn usage() -> String {
     format!(
         "usage: {BINARY} <mode> [flags]   modes: node-server, registrar, probe, demo \
          (also invoked as csi-node-server, csi-node-driver-registrar, node-driver-registrar, \
-         livenessprobe)"
+         livenessprobe); {BINARY} help <mode> shows a mode's flags"
     )
+}
+
+/// The top-level help: what the binary is, and each mode with one line of what it is for
+/// (the mode's own description, which its `--help` starts with too).
+pub fn help_text() -> String {
+    use argh::ArgsInfo;
+    let modes = [
+        (
+            "node-server",
+            crate::node_server::Args::get_args_info().description,
+        ),
+        (
+            "registrar",
+            crate::registrar::Args::get_args_info().description,
+        ),
+        ("probe", crate::probe::Args::get_args_info().description),
+        ("demo", crate::demo::Args::get_args_info().description),
+    ];
+    let mut text = format!(
+        "{BINARY} {VERSION}: what a Kubernetes CSI driver needs on a node, in one binary.\n\n\
+         Usage: {BINARY} <mode> [flags]\n       {BINARY} help <mode>\n\nModes:\n"
+    );
+    for (name, description) in modes {
+        text.push_str(&format!("  {name:<13}{}\n", help::one_line(description)));
+    }
+    text.push_str(
+        "\nAlso installed as the upstream names: csi-node-server (node-server), \
+         csi-node-driver-registrar and node-driver-registrar (registrar), livenessprobe \
+         (probe serve).\n",
+    );
+    text
 }
 
 fn lookup(name: &str) -> Option<(Mode, Option<&'static str>)> {
@@ -83,11 +119,13 @@ fn invocation(mode: Mode, implied: Option<&str>, program: String, rest: &[String
         mode,
         program,
         args,
+        implied: usize::from(implied.is_some()),
     })
 }
 
 /// Picks the mode: the file name of `argv[0]` first (busybox-style symlinks), then the first
-/// argument (`csi-nodekit <mode> ...`).
+/// argument (`csi-nodekit <mode> ...`); `csi-nodekit help <mode> [command]` is that mode's
+/// `--help`.
 pub fn dispatch(argv: &[String]) -> Dispatch {
     let invoked = argv.first().map(String::as_str).unwrap_or(BINARY);
     let invoked = std::path::Path::new(invoked)
@@ -101,7 +139,23 @@ pub fn dispatch(argv: &[String]) -> Dispatch {
     match rest.first().map(String::as_str) {
         None => Dispatch::Unknown("no mode given".into()),
         Some("--version" | "-version") => Dispatch::Version,
-        Some("--help" | "-help" | "-h" | "help") => Dispatch::Help,
+        Some("--help" | "-help" | "-h" | "--h" | "help") if rest.len() == 1 => Dispatch::Help,
+        Some("help") => match lookup(&rest[1]) {
+            Some((mode, implied)) => {
+                let words: Vec<String> = rest[2..]
+                    .iter()
+                    .cloned()
+                    .chain(["--help".to_owned()])
+                    .collect();
+                invocation(mode, implied, format!("{invoked} {}", rest[1]), &words)
+            }
+            None => Dispatch::Unknown(format!("unknown mode {:?}", rest[1])),
+        },
+        Some(flag) if flag.starts_with('-') && flag.len() > 1 => Dispatch::UnknownFlag(format!(
+            "unknown flag {}: give a mode first (node-server, registrar, probe, demo); \
+             see {BINARY} --help",
+            flag.split('=').next().unwrap_or(flag)
+        )),
         Some(name) => match lookup(name) {
             Some((mode, implied)) => {
                 invocation(mode, implied, format!("{invoked} {name}"), &rest[1..])
@@ -179,7 +233,12 @@ pub fn normalize_flags(args: &[String], switches: &[&str]) -> Result<Vec<String>
         if name.is_empty() || name.starts_with('-') {
             return Err(FlagError(format!("bad flag syntax: {arg}")));
         }
-        let name = if name == "h" { "help" } else { name };
+        let name = match name {
+            "h" => "help".to_owned(),
+            klog if UNDERSCORED.contains(&klog) => klog.replace('_', "-"),
+            other => other.to_owned(),
+        };
+        let name = name.as_str();
         let setting = if name == "help" || switches.contains(&name) {
             match value.map(|v| (v, crate::gocompat::parse_bool(v))) {
                 None | Some((_, Some(true))) => Setting::On,
@@ -218,52 +277,12 @@ pub fn switch_names(info: &CommandInfoWithArgs) -> Vec<&'static str> {
     names
 }
 
-/// Declares a mode's argument struct with the flags every mode shares appended (`--v`,
-/// `--logging-format`, `--version`: argh cannot share fields between structs), and implements
-/// [`ModeArgs`] for it. The struct is written as usual, attributes and doc comments included.
-#[macro_export]
-macro_rules! mode_args {
-    (
-        $(#[$($meta:tt)*])*
-        pub struct $name:ident {
-            $($fields:tt)*
-        }
-    ) => {
-        // The fields pass as raw tokens: argh reads their types (a switch must be `bool`),
-        // which a `ty` fragment would hide.
-        $(#[$($meta)*])*
-        pub struct $name {
-            $($fields)*
-            /// log verbosity, klog style (0 = quiet)
-            #[argh(option, default = "0")]
-            pub v: u8,
-            /// log format: text or json
-            #[argh(option, default = "crate::logging::Format::Text")]
-            pub logging_format: $crate::logging::Format,
-            /// print the version and exit
-            #[argh(switch)]
-            pub version: bool,
-        }
+#[path = "cli_common.rs"]
+mod common;
+#[path = "cli_help.rs"]
+pub mod help;
 
-        impl $crate::cli::ModeArgs for $name {
-            fn version(&self) -> bool {
-                self.version
-            }
-            fn logging(&self) -> (u8, $crate::logging::Format) {
-                (self.v, self.logging_format)
-            }
-        }
-    };
-}
-
-/// What `main` needs from every mode's argument struct, beyond parsing (argh's `FromArgs`
-/// and `ArgsInfo`): the flags all modes share.
-pub trait ModeArgs {
-    /// `--version` was given.
-    fn version(&self) -> bool;
-    /// `--v` and `--logging-format`.
-    fn logging(&self) -> (u8, crate::logging::Format);
-}
+pub use common::{Given, ModeArgs, UNDERSCORED};
 
 /// Why parsing a mode's flags did not produce its arguments.
 #[derive(Debug, PartialEq, Eq)]
@@ -274,25 +293,69 @@ pub enum ParseStop {
     Usage(String),
 }
 
-/// Normalises Go-style flags, then lets argh parse them into the mode's `Args`.
+/// Normalises Go-style flags, then lets argh parse them into the mode's `Args`; `--help`
+/// gives the help of the (sub)command chosen, in Go's format.
 pub fn parse_mode_args<T: FromArgs + ArgsInfo>(
     program: &str,
     args: &[String],
+) -> Result<T, ParseStop> {
+    parse_implied(program, args, 0)
+}
+
+/// [`parse_mode_args`] for a program whose name implied the first `implied` words of `args`.
+pub fn parse_implied<T: FromArgs + ArgsInfo>(
+    program: &str,
+    args: &[String],
+    implied: usize,
 ) -> Result<T, ParseStop> {
     let info = T::get_args_info();
     let switches = switch_names(&info);
     let normalized = normalize_flags(args, &switches)
         .map_err(|FlagError(msg)| ParseStop::Usage(format!("{program}: {msg}")))?;
+    let flags_end = normalized
+        .iter()
+        .position(|w| w == "--")
+        .unwrap_or(normalized.len());
+    if normalized[..flags_end].iter().any(|w| w == "--help") {
+        return Err(ParseStop::Help(help::for_words(
+            program,
+            &info,
+            &normalized[..flags_end],
+            implied,
+        )));
+    }
     let words: Vec<&str> = normalized.iter().map(String::as_str).collect();
     let command: Vec<&str> = program.split(' ').collect();
     T::from_args(&command, &words).map_err(|early| match early.status {
         Ok(()) => ParseStop::Help(early.output),
-        Err(()) => ParseStop::Usage(format!("{program}: {}", one_line(&early.output))),
+        Err(()) => ParseStop::Usage(format!("{program}: {}", go_wording(&early.output))),
     })
 }
 
-/// argh's error texts can span lines ("Required options not provided:\n    --x"); a wrong flag
-/// must be reported on one line.
+/// argh's error texts in one line (a wrong flag must be reported on one line), in the words
+/// Go's flag package uses for the same mistakes.
+fn go_wording(text: &str) -> String {
+    let line = one_line(text);
+    if let Some(arg) = line.strip_prefix("Unrecognized argument: ") {
+        let arg = arg.trim_matches('"');
+        return match arg.starts_with('-') {
+            true => format!("unknown flag {arg}"),
+            false => format!("unexpected argument {arg:?}"),
+        };
+    }
+    if let Some(rest) = line.strip_prefix("Error parsing option '")
+        && let Some((flag, rest)) = rest.split_once("' with value '")
+        && let Some((value, why)) = rest.split_once("': ")
+    {
+        return format!("invalid value {value:?} for flag {flag}: {why}");
+    }
+    if let Some(rest) = line.strip_prefix("No value provided for option '") {
+        return format!("flag needs an argument: {}", rest.trim_end_matches("'."));
+    }
+    line
+}
+
+/// argh's error texts can span lines ("Required options not provided:\n    --x").
 fn one_line(text: &str) -> String {
     let words: Vec<&str> = text.split_whitespace().collect();
     words.join(" ")

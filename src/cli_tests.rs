@@ -6,10 +6,13 @@ fn argv(words: &[&str]) -> Vec<String> {
 }
 
 fn run(mode: Mode, program: &str, args: &[&str]) -> Dispatch {
+    // Only livenessprobe's name implies a word (`serve`).
+    let implied = usize::from(program.ends_with("livenessprobe"));
     Dispatch::Run(Invocation {
         mode,
         program: program.into(),
         args: argv(args),
+        implied,
     })
 }
 
@@ -71,7 +74,32 @@ fn dispatch_table_covers_symlink_names_and_subcommands() {
         ),
         (
             &["csi-nodekit", "--v=2"],
-            Dispatch::Unknown("unknown mode \"--v=2\"".into()),
+            Dispatch::UnknownFlag(
+                "unknown flag --v: give a mode first (node-server, registrar, probe, demo); \
+                 see csi-nodekit --help"
+                    .into(),
+            ),
+        ),
+        (
+            &["csi-nodekit", "help", "registrar"],
+            run(Mode::Registrar, "csi-nodekit registrar", &["--help"]),
+        ),
+        (
+            &["csi-nodekit", "help", "livenessprobe"],
+            run(
+                Mode::Probe,
+                "csi-nodekit livenessprobe",
+                &["serve", "--help"],
+            ),
+        ),
+        (
+            &["csi-nodekit", "help", "probe", "once"],
+            run(Mode::Probe, "csi-nodekit probe", &["once", "--help"]),
+        ),
+        (&["csi-nodekit", "help"], Dispatch::Help),
+        (
+            &["csi-nodekit", "help", "nothing"],
+            Dispatch::Unknown("unknown mode \"nothing\"".into()),
         ),
     ];
     for (words, expected) in table {
@@ -224,8 +252,43 @@ fn a_bad_value_is_one_line_naming_the_flag() {
 fn help_is_not_an_error() {
     let stop = parse_mode_args::<Sample>("csi-nodekit test", &argv(&["-h"])).unwrap_err();
     assert!(
-        matches!(stop, ParseStop::Help(ref text) if text.contains("--csi-address")),
+        matches!(stop, ParseStop::Help(ref text) if text.contains("  -csi-address string\n")),
         "{stop:?}"
+    );
+}
+
+#[test]
+fn argh_errors_are_worded_as_go_words_them() {
+    let table: &[(&[&str], &str)] = &[
+        (&["--bogus=1"], "csi-nodekit test: unknown flag --bogus"),
+        (
+            &["--v=loud"],
+            "csi-nodekit test: invalid value \"loud\" for flag --v: invalid digit found in string",
+        ),
+        (&["--v"], "csi-nodekit test: flag needs an argument: --v"),
+        (
+            &["stray"],
+            "csi-nodekit test: unexpected argument \"stray\"",
+        ),
+    ];
+    for (input, expected) in table {
+        let stop = parse_mode_args::<Sample>("csi-nodekit test", &argv(input)).unwrap_err();
+        assert_eq!(stop, ParseStop::Usage((*expected).into()), "{input:?}");
+    }
+}
+
+#[test]
+fn klog_underscore_names_reach_their_dashed_fields() {
+    let input = argv(&[
+        "-log_dir=/x",
+        "--add_dir_header",
+        "-skip_headers=false",
+        "--v",
+        "3",
+    ]);
+    assert_eq!(
+        normalize_flags(&input, &["add-dir-header", "skip-headers"]),
+        Ok(argv(&["--log-dir", "/x", "--add-dir-header", "--v", "3"]))
     );
 }
 

@@ -86,6 +86,31 @@ impl Reply {
     }
 }
 
+/// Checks a Go-style listen address (`:9808`, `0.0.0.0:9808`, `[::1]:9808`,
+/// `localhost:9808`) before anything starts: a host (or none) and a port from 1 to 65535.
+/// Port 0 would listen on a port chosen at random, which no probe could find.
+pub fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
+    let Some((host, port)) = endpoint.rsplit_once(':') else {
+        return Err("expected host:port or :port");
+    };
+    match port.parse::<u16>() {
+        Ok(0) => return Err("port 0 would pick a random port no probe can find"),
+        Ok(_) if port.bytes().all(|b| b.is_ascii_digit()) => {}
+        _ => return Err("the port must be a number from 1 to 65535"),
+    }
+    let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let valid_host = match bracketed {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'),
+    };
+    match valid_host {
+        true => Ok(()),
+        false => Err("the host must be a name, an IPv4 address or an [IPv6] address"),
+    }
+}
+
 /// Turns a Go-style listen address into something to bind: `:9808` means every interface
 /// (IPv6 and IPv4 where the node has IPv6, IPv4 otherwise), `host:port` is used as given.
 fn bind_candidates(endpoint: &str) -> Vec<String> {

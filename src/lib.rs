@@ -96,4 +96,13 @@ impl UsageError {
     pub fn new(error: impl Into<BoxError>) -> Self {
         Self(error.into())
     }
+
+    /// A flag's value the mode cannot use, in the words of Go's flag package:
+    /// `invalid value "" for flag --csi-address: socket address is empty`.
+    pub fn flag(flag: &str, value: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(format!(
+            "invalid value {} for flag {flag}: {why}",
+            gocompat::quote(value)
+        ))
+    }
 }

@@ -1,14 +1,19 @@
-//! Logging set-up shared by every mode: klog-style `--v=N` verbosity on top of env_logger, text
-//! lines that look like klog's, or one JSON object per line with `--logging-format=json`.
+//! Logging set-up shared by every mode: klog's flags (`--v`, `--vmodule`, `--logging-format`,
+//! `--skip_headers`, `--add_dir_header`) on top of env_logger; the lines themselves, klog text
+//! or component-base JSON, are written by [`lines`].
 //!
 //! Verbosity maps onto `log` levels so that code uses the ordinary macros:
 //! `--v` 0–1 → info (quiet: start-up, state changes, warnings, errors), 2–4 → debug (steady-state
 //! detail), 5–7 → trace (every gRPC call and probe), 8 and more → trace for the libraries too.
-//! `RUST_LOG`, when set, replaces all of this.
+//! `--vmodule` gives single files or modules their own verbosity. `RUST_LOG`, when set,
+//! replaces all of this.
 
-use std::io::Write;
+#[path = "logging_lines.rs"]
+mod lines;
 
-use log::LevelFilter;
+use std::sync::Mutex;
+
+use log::{LevelFilter, Log, Metadata, Record};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +38,95 @@ impl std::str::FromStr for Format {
     }
 }
 
+/// What the logging flags ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub verbosity: u8,
+    pub vmodule: VModule,
+    pub format: Format,
+    /// `--add_dir_header`: the header names `dir/file.rs`, not only `file.rs`.
+    pub add_dir_header: bool,
+    /// `--skip_headers`: text lines carry the message alone.
+    pub skip_headers: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            verbosity: 0,
+            vmodule: VModule::default(),
+            format: Format::Text,
+            add_dir_header: false,
+            skip_headers: false,
+        }
+    }
+}
+
+/// `--vmodule`: `pattern=N` settings, the first matching one deciding. A pattern matches a
+/// record whose source file name without `.rs` matches it (klog's rule: `supervise=5`), or
+/// whose module path, crate prefix dropped and `::` written `/`, matches it or lies under a
+/// module that does (`registrar=5`, `probe/serve=5`, `h2=4`). `*` and `?` are wildcards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VModule(pub Vec<(String, u8)>);
+
+/// A `--vmodule` that is not a comma-separated list of `pattern=N`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} does not have the pattern=N format (N a verbosity from 0 to 255)")]
+pub struct VModuleError(pub String);
+
+impl std::str::FromStr for VModule {
+    type Err = VModuleError;
+    fn from_str(text: &str) -> Result<Self, VModuleError> {
+        let mut settings = Vec::new();
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            let parsed = part
+                .split_once('=')
+                .filter(|(pattern, _)| !pattern.is_empty())
+                .and_then(|(pattern, level)| Some((pattern.to_owned(), level.parse().ok()?)));
+            settings.push(parsed.ok_or_else(|| VModuleError(part.to_owned()))?);
+        }
+        Ok(Self(settings))
+    }
+}
+
+/// `*` matches any run of characters, `?` any one; everything else itself.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob(rest, &text[skip..])),
+        Some((&c, rest)) => match text.split_first() {
+            Some((&t, text_rest)) if c == b'?' || c == t => glob(rest, text_rest),
+            _ => false,
+        },
+    }
+}
+
+impl VModule {
+    /// The verbosity the first matching pattern gives a record from `target` in `file`.
+    fn verbosity_for(&self, target: &str, file: Option<&str>) -> Option<u8> {
+        let stem = file
+            .map(std::path::Path::new)
+            .and_then(|f| f.file_stem())
+            .and_then(|s| s.to_str());
+        let module = target
+            .strip_prefix(concat!(env!("CARGO_CRATE_NAME"), "::"))
+            .unwrap_or(target)
+            .replace("::", "/");
+        // The module itself and every module it lies under, at `/` boundaries.
+        let mut scopes: Vec<&str> = module
+            .match_indices('/')
+            .map(|(i, _)| &module[..i])
+            .collect();
+        scopes.push(&module);
+        self.0.iter().find_map(|(pattern, level)| {
+            let p = pattern.as_bytes();
+            let hit = stem.is_some_and(|s| glob(p, s.as_bytes()))
+                || scopes.iter().any(|scope| glob(p, scope.as_bytes()));
+            hit.then_some(*level)
+        })
+    }
+}
+
 /// The level our own code logs at for a klog verbosity.
 pub fn level_for(verbosity: u8) -> LevelFilter {
     match verbosity {
@@ -52,88 +146,119 @@ fn library_level(verbosity: u8) -> LevelFilter {
     }
 }
 
-fn klog_letter(level: log::Level) -> char {
-    match level {
-        log::Level::Error => 'E',
-        log::Level::Warn => 'W',
-        log::Level::Info => 'I',
-        log::Level::Debug | log::Level::Trace => 'D',
+/// Which records are written: klog's flags, or `RUST_LOG` (env_logger's own filter).
+enum Filter {
+    Klog { verbosity: u8, vmodule: VModule },
+    RustLog,
+}
+
+impl Filter {
+    fn level(&self, target: &str, file: Option<&str>) -> LevelFilter {
+        let Self::Klog { verbosity, vmodule } = self else {
+            return LevelFilter::Trace;
+        };
+        if let Some(level) = vmodule.verbosity_for(target, file) {
+            return level_for(level);
+        }
+        if target.starts_with(env!("CARGO_CRATE_NAME")) {
+            level_for(*verbosity)
+        } else {
+            library_level(*verbosity)
+        }
+    }
+
+    /// The most verbose level any record can be written at.
+    fn max(&self) -> LevelFilter {
+        match self {
+            Self::Klog { verbosity, vmodule } => vmodule
+                .0
+                .iter()
+                .map(|(_, level)| level_for(*level))
+                .chain([level_for(*verbosity), library_level(*verbosity)])
+                .max()
+                .unwrap_or(LevelFilter::Info),
+            Self::RustLog => LevelFilter::Trace,
+        }
+    }
+}
+
+/// env_logger writes (and, with `RUST_LOG`, filters); klog's filter sits in front of it.
+struct Logger {
+    filter: Filter,
+    inner: env_logger::Logger,
+}
+
+impl Log for Logger {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        metadata.level() <= self.filter.max() && self.inner.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record) {
+        if record.level() <= self.filter.level(record.target(), record.file()) {
+            self.inner.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.inner.flush();
     }
 }
 
 /// Installs the global logger; later calls are ignored (tests may call it many times).
-pub fn init(verbosity: u8, format: Format) {
+pub fn init(options: Options) {
     let mut builder = env_logger::Builder::new();
     builder.target(env_logger::Target::Stderr);
-    match std::env::var("RUST_LOG") {
+    let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => {
             builder.parse_filters(&spec);
+            Filter::RustLog
         }
         _ => {
-            builder
-                .filter_level(library_level(verbosity))
-                .filter_module(env!("CARGO_CRATE_NAME"), level_for(verbosity));
+            builder.filter_level(LevelFilter::Trace);
+            Filter::Klog {
+                verbosity: options.verbosity,
+                vmodule: options.vmodule.clone(),
+            }
         }
-    }
-    match format {
-        Format::Text => builder.format(|buf, record| {
-            // "2026-11-29T20:27:17.123456Z" → klog's "1129 20:27:17.123456".
-            let ts = buf.timestamp_micros().to_string();
-            let (month_day, time) = (
-                ts.get(5..10).unwrap_or("").replace('-', ""),
-                ts.get(11..26).unwrap_or(""),
-            );
-            let target = record
-                .target()
-                .strip_prefix("csi_nodekit::")
-                .unwrap_or(record.target());
-            writeln!(
-                buf,
-                "{}{month_day} {time} {target}] {}",
-                klog_letter(record.level()),
-                record.args()
-            )
-        }),
-        Format::Json => builder.format(|buf, record| {
-            let ts = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or_default();
-            let line = serde_json::json!({
-                "ts": ts,
-                "level": record.level().as_str().to_ascii_lowercase(),
-                "caller": record.target(),
-                "msg": record.args().to_string(),
-            });
-            writeln!(buf, "{line}")
-        }),
     };
-    let _ = builder.try_init();
+    let style = lines::Style {
+        add_dir: options.add_dir_header,
+        skip_headers: options.skip_headers,
+    };
+    match options.format {
+        Format::Text => builder.format(move |buf, record| lines::text(buf, record, style)),
+        Format::Json => builder.format(lines::json),
+    };
+    let max = filter.max();
+    let logger = Logger {
+        filter,
+        inner: builder.build(),
+    };
+    if log::set_boxed_logger(Box::new(logger)).is_ok() {
+        log::set_max_level(max);
+    }
+}
+
+static DEFERRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Keeps a line to be logged once the mode starts its work (see [`log_deferred`]): what is
+/// said about the flags waits until they were all found good, so a bad one stays the only
+/// line, and an exec probe that exits at once stays silent.
+pub fn defer(line: String) {
+    DEFERRED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(line);
+}
+
+/// Logs the deferred lines (at info); called where every mode starts its runtime.
+pub fn log_deferred() {
+    let lines = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|p| p.into_inner()));
+    for line in lines {
+        log::info!("{line}");
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn verbosity_maps_to_levels_quiet_by_default() {
-        assert_eq!(level_for(0), LevelFilter::Info);
-        assert_eq!(level_for(2), LevelFilter::Debug);
-        assert_eq!(level_for(5), LevelFilter::Trace);
-        assert_eq!(library_level(5), LevelFilter::Warn);
-        assert_eq!(library_level(8), LevelFilter::Trace);
-    }
-
-    #[test]
-    fn formats_parse_and_unknown_ones_are_named() {
-        assert_eq!("json".parse::<Format>(), Ok(Format::Json));
-        assert_eq!("text".parse::<Format>(), Ok(Format::Text));
-        assert!(
-            "xml"
-                .parse::<Format>()
-                .unwrap_err()
-                .to_string()
-                .contains("\"xml\"")
-        );
-    }
-}
+#[path = "logging_tests.rs"]
+mod tests;

@@ -16,8 +16,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Dispatch::Help => {
-            println!("{}", cli::usage());
+            print!("{}", cli::help_text());
             ExitCode::SUCCESS
+        }
+        Dispatch::UnknownFlag(why) => {
+            eprintln!("{}: {why}", cli::BINARY);
+            ExitCode::from(2)
         }
         Dispatch::Unknown(why) => {
             eprintln!("{}: {why}", cli::BINARY);
@@ -25,23 +29,24 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Dispatch::Run(invocation) => match invocation.mode {
-            Mode::NodeServer => run_mode(&invocation.program, &invocation.args, node_server::main),
-            Mode::Probe => run_mode(&invocation.program, &invocation.args, probe::main),
-            Mode::Demo => run_mode(&invocation.program, &invocation.args, demo::main),
-            Mode::Registrar => run_mode(&invocation.program, &invocation.args, registrar::main),
+            Mode::NodeServer => run_mode(&invocation, node_server::main),
+            Mode::Probe => run_mode(&invocation, probe::main),
+            Mode::Demo => run_mode(&invocation, demo::main),
+            Mode::Registrar => run_mode(&invocation, registrar::main),
         },
     }
 }
 
 /// Parses a mode's flags, handles `--help` and `--version`, sets up logging, raises the
 /// open-files limit and hands the arguments to the mode's entry (`<mode>::main`: settings, then
-/// run).
+/// run). The flags accepted without effect are named once the mode starts its work.
 fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
-    program: &str,
-    args: &[String],
+    invocation: &cli::Invocation,
     entry: fn(A) -> Result<(), BoxError>,
 ) -> ExitCode {
-    let args: A = match cli::parse_mode_args(program, args) {
+    let program = invocation.program.as_str();
+    let parsed = cli::parse_implied(program, &invocation.args, invocation.implied);
+    let args: A = match parsed {
         Ok(args) => args,
         Err(ParseStop::Help(text)) => {
             print!("{text}");
@@ -56,8 +61,14 @@ fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
         println!("{program} {}", cli::VERSION);
         return ExitCode::SUCCESS;
     }
-    let (verbosity, format) = args.logging();
-    logging::init(verbosity, format);
+    logging::init(args.logging());
+    let ignored = args.ignored();
+    if !ignored.is_empty() {
+        logging::defer(format!(
+            "accepted for compatibility and ignored (no effect here): {}",
+            ignored.join(" ")
+        ));
+    }
     rlimit::raise_open_files();
     match entry(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -66,7 +77,7 @@ fn run_mode<A: ModeArgs + argh::FromArgs + argh::ArgsInfo>(
             ExitCode::from(2)
         }
         Err(error) => {
-            log::error!("{error}");
+            log::error!(err:% = error; "{program} failed");
             ExitCode::FAILURE
         }
     }

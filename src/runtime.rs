@@ -19,7 +19,9 @@ pub enum Threads {
     },
 }
 
+/// Every mode's work starts here, so the lines kept until then are logged here.
 fn build(threads: Threads) -> std::io::Result<tokio::runtime::Runtime> {
+    crate::logging::log_deferred();
     let mut builder = match threads {
         Threads::Current => tokio::runtime::Builder::new_current_thread(),
         Threads::Multi { workers, blocking } => {

@@ -79,34 +79,36 @@ crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
     /// A CSI plugin for node-local volumes, serving Identity, Node and Controller on a Unix socket.
     pub struct Args {
-        /// CSI endpoint to listen on: unix:///path, unix:/path or /path
+        /// CSI endpoint to listen on: unix:///path, unix:/path or /path (default
+        /// "unix:///csi/csi.sock")
         #[argh(option, default = "String::from(\"unix:///csi/csi.sock\")")]
         pub endpoint: String,
-        /// driver name reported by GetPluginInfo (domain style, at most 63 characters)
+        /// driver name reported by GetPluginInfo, domain style, at most 63 characters
+        /// (default "nodekit.csi.local")
         #[argh(option, default = "String::from(DEFAULT_DRIVER_NAME)")]
         pub driver_name: String,
         /// node ID reported by NodeGetInfo (default: $NODE_NAME, else the host name)
         #[argh(option)]
         pub node_id: Option<String>,
         /// volume limit reported by NodeGetInfo; 0 states no limit
-        #[argh(option, default = "0")]
+        #[argh(option, default = "0", arg_name = "int")]
         pub max_volumes_per_node: i64,
         /// bytes all volumes may take together, e.g. 100Gi (default: the free space of the
         /// state directory's filesystem when each volume is created)
         #[argh(option)]
         pub capacity: Option<String>,
-        /// directory holding volumes and their state
+        /// directory holding volumes and their state (default "/var/lib/csi-nodekit")
         #[argh(option, default = "PathBuf::from(\"/var/lib/csi-nodekit\")")]
         pub state_dir: PathBuf,
-        /// file mode of the CSI socket, octal
-        #[argh(option, default = "socket::SocketMode(0o660)")]
+        /// file mode of the CSI socket, octal (default 0660)
+        #[argh(option, default = "socket::SocketMode(0o660)", arg_name = "value")]
         pub socket_mode: socket::SocketMode,
         /// numeric group ID to own the CSI socket
-        #[argh(option)]
+        #[argh(option, arg_name = "int")]
         pub socket_group: Option<u32>,
         /// hold volumes to their sizes with project quotas: auto (where the filesystem can),
-        /// on (or refuse to start), off (never touch quotas)
-        #[argh(option, default = "quota::Mode::Auto")]
+        /// on (or refuse to start), off (never touch quotas) (default auto)
+        #[argh(option, default = "quota::Mode::Auto", arg_name = "value")]
         pub quota: quota::Mode,
         /// advertise the GET_SNAPSHOT controller capability (GetSnapshot is served either
         /// way; csi-sanity before v5.5 fails on the capability)
@@ -178,7 +180,11 @@ pub struct Settings {
 impl Settings {
     /// Checks every value; a bad one is a usage error (exit 2) naming it.
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
-        let endpoint = socket::parse_address(&args.endpoint).map_err(UsageError::new)?;
+        let endpoint = socket::parse_address(&args.endpoint)
+            .map_err(|e| UsageError::flag("--endpoint", &args.endpoint, e))?;
+        if args.state_dir.as_os_str().is_empty() {
+            return Err(UsageError::flag("--state-dir", "", "must not be empty").into());
+        }
         let capacity = match &args.capacity {
             Some(text) => Some(capacity::parse_quantity(text).map_err(UsageError::new)?),
             None => None,

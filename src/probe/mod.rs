@@ -43,9 +43,11 @@ impl crate::cli::ModeArgs for Args {
     fn version(&self) -> bool {
         self.version || self.chosen().is_some_and(ModeArgs::version)
     }
-    fn logging(&self) -> (u8, logging::Format) {
-        self.chosen()
-            .map_or((0, logging::Format::Text), ModeArgs::logging)
+    fn logging(&self) -> logging::Options {
+        self.chosen().map(ModeArgs::logging).unwrap_or_default()
+    }
+    fn ignored(&self) -> Vec<&'static str> {
+        self.chosen().map(ModeArgs::ignored).unwrap_or_default()
     }
 }
 

@@ -16,11 +16,11 @@ crate::mode_args! {
     #[argh(subcommand, name = "once")]
     /// Call the driver's Probe once: exit 0 if it is ready, 1 with the reason otherwise.
     pub struct Args {
-        /// address of the CSI driver socket
+        /// address of the CSI driver socket (default "/run/csi/socket")
         #[argh(option, default = "String::from(\"/run/csi/socket\")")]
         pub csi_address: String,
-        /// deadline for connecting and calling Probe (Go duration)
-        #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+        /// deadline for connecting and calling Probe (default 3s)
+        #[argh(option, default = "GoDuration(Duration::from_secs(3))", arg_name = "duration")]
         pub probe_timeout: GoDuration,
     }
 }
@@ -34,8 +34,13 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        let csi_address = socket::parse_address(&args.csi_address)
+            .map_err(|e| UsageError::flag("--csi-address", &args.csi_address, e))?;
+        if args.probe_timeout.0.is_zero() {
+            return Err(UsageError::flag("--probe-timeout", "0s", "must be more than 0").into());
+        }
         Ok(Self {
-            csi_address: socket::parse_address(&args.csi_address).map_err(UsageError::new)?,
+            csi_address,
             probe_timeout: args.probe_timeout.0,
         })
     }

@@ -6,20 +6,20 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 
-use crate::BoxError;
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
+use crate::{BoxError, UsageError};
 
 crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
     #[argh(subcommand, name = "registration")]
     /// Exit 0 if the kubelet confirmed the driver's registration (asks the registrar's /readyz).
     pub struct Args {
-        /// the registrar's --http-endpoint (":9809" means this host)
+        /// the registrar's --http-endpoint, :9809 meaning this host (default ":9809")
         #[argh(option, default = "String::from(\":9809\")")]
         pub http_endpoint: String,
-        /// deadline for the answer (Go duration)
-        #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+        /// deadline for the answer (default 3s)
+        #[argh(option, default = "GoDuration(Duration::from_secs(3))", arg_name = "duration")]
         pub timeout: GoDuration,
     }
 }
@@ -34,6 +34,11 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        crate::http::check_endpoint(&args.http_endpoint)
+            .map_err(|e| UsageError::flag("--http-endpoint", &args.http_endpoint, e))?;
+        if args.timeout.0.is_zero() {
+            return Err(UsageError::flag("--timeout", "0s", "must be more than 0").into());
+        }
         Ok(Self {
             http_endpoint: args.http_endpoint,
             timeout: args.timeout.0,

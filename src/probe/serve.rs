@@ -24,24 +24,35 @@ crate::mode_args! {
     #[argh(subcommand, name = "serve")]
     /// Serve /healthz by calling the driver's Probe (drop-in livenessprobe).
     pub struct Args {
-        /// address of the CSI driver socket
+        /// address of the CSI driver socket (default "/run/csi/socket")
         #[argh(option, default = "String::from(\"/run/csi/socket\")")]
         pub csi_address: String,
-        /// deadline for connecting and calling Probe (Go duration)
-        #[argh(option, default = "GoDuration(Duration::from_secs(3))")]
+        /// deadline for connecting and calling Probe (default 3s)
+        #[argh(option, default = "GoDuration(Duration::from_secs(3))", arg_name = "duration")]
         pub probe_timeout: GoDuration,
-        /// deprecated: TCP port for /healthz on 0.0.0.0 (use --http-endpoint)
+        /// deprecated: TCP port for /healthz on 0.0.0.0 (use --http-endpoint) (default "9808")
         #[argh(option, default = "String::from(\"9808\")")]
         pub health_port: String,
-        /// address to listen on for /healthz and /metrics, e.g. :9808
+        /// address to listen on for /healthz and /metrics, e.g. :9808; if set, --health-port
+        /// and --metrics-address cannot be
         #[argh(option, default = "String::new()")]
         pub http_endpoint: String,
-        /// deprecated: a separate address for metrics
+        /// deprecated: a separate address for metrics, e.g. :8080 (use --http-endpoint)
         #[argh(option, default = "String::new()")]
         pub metrics_address: String,
-        /// path of the metrics page
+        /// path of the metrics page (default "/metrics")
         #[argh(option, default = "String::from(\"/metrics\")")]
         pub metrics_path: String,
+        /// accepted and ignored: livenessprobe v1's, without effect there either
+        #[argh(option, arg_name = "duration")]
+        pub connection_timeout: Option<GoDuration>,
+        /// accepted and ignored: Go runtime tuning
+        #[argh(switch)]
+        pub automaxprocs: bool,
+    }
+    ignored {
+        "--connection-timeout" => connection_timeout,
+        "--automaxprocs" => automaxprocs,
     }
 }
 
@@ -223,13 +234,46 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Checks every value before anything starts; a bad one is a usage error naming it.
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        let csi_address = socket::parse_address(&args.csi_address)
+            .map_err(|e| UsageError::flag("--csi-address", &args.csi_address, e))?;
+        if args.probe_timeout.0.is_zero() {
+            return Err(UsageError::flag("--probe-timeout", "0s", "must be more than 0").into());
+        }
+        let port_ok = args.health_port.parse::<u16>().is_ok_and(|p| p > 0)
+            && args.health_port.bytes().all(|b| b.is_ascii_digit());
+        if !port_ok {
+            let why = "expected a port from 1 to 65535";
+            return Err(UsageError::flag("--health-port", &args.health_port, why).into());
+        }
+        for (flag, value) in [
+            ("--http-endpoint", &args.http_endpoint),
+            ("--metrics-address", &args.metrics_address),
+        ] {
+            if !value.is_empty() {
+                crate::http::check_endpoint(value).map_err(|e| UsageError::flag(flag, value, e))?;
+            }
+        }
+        if !args.metrics_path.starts_with('/') {
+            let why = "must start with /";
+            return Err(UsageError::flag("--metrics-path", &args.metrics_path, why).into());
+        }
         let http_endpoint = match args.http_endpoint.as_str() {
             "" => format!("0.0.0.0:{}", args.health_port),
+            // As upstream: --health-port=9808 written out next to --http-endpoint is allowed.
+            _ if args.health_port != "9808" => {
+                let why = "only one of --http-endpoint and --health-port may be set";
+                return Err(UsageError::new(why).into());
+            }
+            _ if !args.metrics_address.is_empty() => {
+                let why = "only one of --http-endpoint and --metrics-address may be set";
+                return Err(UsageError::new(why).into());
+            }
             given => given.to_owned(),
         };
         Ok(Self {
-            csi_address: socket::parse_address(&args.csi_address).map_err(UsageError::new)?,
+            csi_address,
             probe_timeout: args.probe_timeout.0,
             http_endpoint,
             metrics_address: Some(args.metrics_address).filter(|a| !a.is_empty()),

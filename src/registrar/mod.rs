@@ -23,45 +23,53 @@ crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
     /// Registers a CSI driver with the kubelet and keeps it registered (drop-in node-driver-registrar).
     pub struct Args {
-        /// address of the CSI driver socket
+        /// path of the CSI driver socket the registrar connects to (default "/run/csi/socket")
         #[argh(option, default = "String::from(\"/run/csi/socket\")")]
         pub csi_address: String,
-        /// path of the driver socket on the host, handed to the kubelet (required)
+        /// path of the CSI driver socket on the Kubernetes host, handed to the kubelet
+        /// (required)
         #[argh(option)]
         pub kubelet_registration_path: Option<String>,
-        /// directory where <driver>-reg.sock is created
+        /// directory where <driver>-reg.sock is created (default "/registration")
         #[argh(option, default = "PathBuf::from(\"/registration\")")]
         pub plugin_registration_path: PathBuf,
-        /// deadline of each GetPluginInfo call and of the /healthz self-check (Go duration)
-        #[argh(option, default = "GoDuration(Duration::from_secs(1))")]
+        /// deadline of each GetPluginInfo call and of the /healthz self-check (default 1s)
+        #[argh(option, default = "GoDuration(Duration::from_secs(1))", arg_name = "duration")]
         pub timeout: GoDuration,
-        /// address of the HTTP server for /healthz, /readyz and /metrics, e.g. :9809 (off if empty)
+        /// address of the HTTP server for /healthz, /readyz and /metrics, e.g. :9809; empty
+        /// means no server
         #[argh(option, default = "String::new()")]
         pub http_endpoint: String,
-        /// deprecated: TCP port for /healthz (use --http-endpoint)
-        #[argh(option, default = "0")]
+        /// deprecated: TCP port for /healthz on every interface; 0 means none (use
+        /// --http-endpoint)
+        #[argh(option, default = "0", arg_name = "int")]
         pub health_port: u16,
-        /// deprecated: kubelet-registration-probe exits at once, as upstream does
+        /// deprecated: kubelet-registration-probe exits 0 at once, as upstream v2.9 and later
         #[argh(option, default = "String::new()")]
         pub mode: String,
-        /// deprecated, no effect
-        #[argh(option)]
-        pub connection_timeout: Option<String>,
-        /// give up if the driver has not answered within this Go duration (default: wait forever)
-        #[argh(option)]
+        /// accepted and ignored: deprecated upstream, without effect there either
+        #[argh(option, arg_name = "duration")]
+        pub connection_timeout: Option<GoDuration>,
+        /// give up if the driver has not answered within this long (default: wait forever)
+        #[argh(option, arg_name = "duration")]
         pub driver_wait_limit: Option<GoDuration>,
-        /// file mode of the registration socket, octal
-        #[argh(option, default = "socket::SocketMode(0o700)")]
+        /// file mode of the registration socket, octal (default 0700)
+        #[argh(option, default = "socket::SocketMode(0o700)", arg_name = "value")]
         pub socket_mode: socket::SocketMode,
         /// numeric group ID to own the registration socket
-        #[argh(option)]
+        #[argh(option, arg_name = "int")]
         pub socket_group: Option<u32>,
-        /// accepted for compatibility and ignored (Go profiling endpoints)
+        /// accepted and ignored: Go's profiling endpoints
         #[argh(switch)]
         pub enable_pprof: bool,
-        /// accepted for compatibility and ignored (Go runtime tuning)
+        /// accepted and ignored: Go runtime tuning
         #[argh(switch)]
         pub automaxprocs: bool,
+    }
+    ignored {
+        "--connection-timeout" => connection_timeout,
+        "--enable-pprof" => enable_pprof,
+        "--automaxprocs" => automaxprocs,
     }
 }
 
@@ -86,12 +94,25 @@ impl Settings {
     /// Checks the flags (a bad one is a usage error, exit 2); `None` means "exit at once,
     /// successfully" (upstream's probe mode).
     pub fn from_args(args: Args) -> Result<Option<Self>, BoxError> {
-        if args.connection_timeout.is_some() {
-            log::info!("--connection-timeout is deprecated and has no effect");
+        let csi_address = socket::parse_address(&args.csi_address)
+            .map_err(|e| UsageError::flag("--csi-address", &args.csi_address, e))?;
+        if args.plugin_registration_path.as_os_str().is_empty() {
+            return Err(
+                UsageError::flag("--plugin-registration-path", "", "must not be empty").into(),
+            );
         }
-        if args.enable_pprof || args.automaxprocs {
-            log::info!("--enable-pprof and --automaxprocs are Go runtime options; ignored");
+        if args.timeout.0.is_zero() {
+            return Err(UsageError::flag("--timeout", "0s", "must be more than 0").into());
         }
+        if !args.http_endpoint.is_empty() {
+            crate::http::check_endpoint(&args.http_endpoint)
+                .map_err(|e| UsageError::flag("--http-endpoint", &args.http_endpoint, e))?;
+        }
+        let Some(kubelet_registration_path) =
+            args.kubelet_registration_path.filter(|p| !p.is_empty())
+        else {
+            return Err(UsageError::new("--kubelet-registration-path is required").into());
+        };
         match args.mode.as_str() {
             "" | "registration" => {}
             "kubelet-registration-probe" => {
@@ -100,13 +121,15 @@ impl Settings {
                 );
                 return Ok(None);
             }
-            other => return Err(UsageError::new(format!("unknown --mode {other:?}")).into()),
+            other => {
+                return Err(UsageError::flag(
+                    "--mode",
+                    other,
+                    "expected registration or kubelet-registration-probe",
+                )
+                .into());
+            }
         }
-        let Some(kubelet_registration_path) =
-            args.kubelet_registration_path.filter(|p| !p.is_empty())
-        else {
-            return Err(UsageError::new("--kubelet-registration-path is required").into());
-        };
         let http_endpoint = match (args.http_endpoint.is_empty(), args.health_port) {
             (true, 0) => None,
             (false, 0) => Some(args.http_endpoint),
@@ -119,7 +142,7 @@ impl Settings {
             }
         };
         Ok(Some(Self {
-            csi_address: socket::parse_address(&args.csi_address).map_err(UsageError::new)?,
+            csi_address,
             kubelet_registration_path,
             plugin_registration_path: args.plugin_registration_path,
             timeout: args.timeout.0,

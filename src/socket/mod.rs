@@ -108,8 +108,14 @@ fn parse_mode(text: &str) -> Result<u32, SocketError> {
 
 /// A `--socket-mode` value: octal, checked while the flags are parsed so that a bad one is
 /// reported as a bad flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct SocketMode(pub u32);
+
+impl std::fmt::Debug for SocketMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SocketMode({:04o})", self.0)
+    }
+}
 
 impl std::str::FromStr for SocketMode {
     type Err = SocketError;

@@ -26,13 +26,14 @@ crate::mode_args! {
         /// where the host's / is mounted, when the doctor runs in a container
         #[argh(option)]
         pub host_root: Option<PathBuf>,
-        /// where to look for the kubelet process (needs the host's PID namespace)
+        /// where to look for the kubelet process (needs the host's PID namespace) (default
+        /// "/proc")
         #[argh(option, default = "PathBuf::from(\"/proc\")")]
         pub proc_root: PathBuf,
-        /// deadline of each connection and each call (Go duration)
-        #[argh(option, default = "GoDuration(Duration::from_secs(2))")]
+        /// deadline of each connection and each call (default 2s)
+        #[argh(option, default = "GoDuration(Duration::from_secs(2))", arg_name = "duration")]
         pub timeout: GoDuration,
-        /// report format: text or json
+        /// report format: text or json (default "text")
         #[argh(option, default = "String::from(\"text\")")]
         pub output: String,
         /// node whose CSINode and Node objects to compare (default: $NODE_NAME, else the host

@@ -37,7 +37,8 @@ crate::mode_args! {
     #[argh(subcommand, name = "kubelet")]
     /// Emulate the kubelet's plugin registration: watch a registry directory and register plugins.
     pub struct Args {
-        /// directory the kubelet watches for registration sockets
+        /// directory the kubelet watches for registration sockets (default
+        /// "/var/lib/kubelet/plugins_registry")
         #[argh(
             option,
             default = "PathBuf::from(\"/var/lib/kubelet/plugins_registry\")"
@@ -52,7 +53,7 @@ crate::mode_args! {
         /// walk once, register everything found, print one report and exit
         #[argh(switch)]
         pub once: bool,
-        /// report format: text or json
+        /// report format: text or json (default "text")
         #[argh(option, default = "String::from(\"text\")")]
         pub output: String,
     }
