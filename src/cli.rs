@@ -347,10 +347,12 @@ fn go_wording(text: &str) -> String {
         && let Some((flag, rest)) = rest.split_once("' with value '")
         && let Some((value, why)) = rest.split_once("': ")
     {
-        return format!("invalid value {value:?} for flag {flag}: {why}");
+        let flag = help::spelled(flag);
+        return format!("invalid value {value:?} for flag --{flag}: {why}");
     }
     if let Some(rest) = line.strip_prefix("No value provided for option '") {
-        return format!("flag needs an argument: {}", rest.trim_end_matches("'."));
+        let flag = help::spelled(rest.trim_end_matches("'."));
+        return format!("flag needs an argument: --{flag}");
     }
     line
 }

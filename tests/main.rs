@@ -13,6 +13,8 @@ mod demo;
 mod dispatch;
 mod end_to_end;
 mod fault_suite;
+mod flags;
+mod flags_fixture;
 mod grpc_any_authority;
 mod http_flood;
 mod logging;

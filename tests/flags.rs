@@ -1,0 +1,451 @@
+//! Flags as an operator of the upstream sidecars expects them: every flag upstream
+//! node-driver-registrar and livenessprobe (v2.0 and later) register, in every spelling Go's
+//! flag package accepts; bad values refused with exit 2 before anything starts; `--help` as
+//! Go prints it.
+
+use crate::common;
+use crate::common::fake_driver::FakeDriver;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use csi_nodekit::cli::{ParseStop, parse_mode_args};
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The logging flags of both logging eras of the sidecars, with a value each takes
+/// (`None`: a boolean).
+const LOGGING: &[(&str, Option<&str>)] = &[
+    ("v", Some("5")),
+    ("vmodule", Some("supervise=4,serve*=2")),
+    ("logging-format", Some("text")),
+    ("logtostderr", None),
+    ("alsologtostderr", None),
+    ("log_dir", Some("/var/log/x")),
+    ("log_file", Some("/var/log/x/y.log")),
+    ("log_file_max_size", Some("1800")),
+    ("skip_headers", None),
+    ("skip_log_headers", None),
+    ("add_dir_header", None),
+    ("stderrthreshold", Some("ERROR")),
+    ("one_output", None),
+    ("log_backtrace_at", Some("main.go:100")),
+    ("log-flush-frequency", Some("5s")),
+    ("log-json-split-stream", None),
+    ("log-json-info-buffer-size", Some("1Ki")),
+    ("log-text-split-stream", None),
+    ("log-text-info-buffer-size", Some("512")),
+];
+
+/// node-driver-registrar's own flags (v2.0–v2.17), with values that go together.
+const REGISTRAR: &[(&str, Option<&str>)] = &[
+    ("csi-address", Some("/csi/csi.sock")),
+    (
+        "kubelet-registration-path",
+        Some("/var/lib/kubelet/plugins/x/csi.sock"),
+    ),
+    ("plugin-registration-path", Some("/registration")),
+    ("connection-timeout", Some("15s")),
+    ("timeout", Some("2s")),
+    ("health-port", Some("9809")),
+    ("mode", Some("registration")),
+    ("enable-pprof", None),
+    ("automaxprocs", None),
+];
+
+/// livenessprobe's own flags (v2.0–v2.20, and v1's --connection-timeout).
+const LIVENESSPROBE: &[(&str, Option<&str>)] = &[
+    ("csi-address", Some("/csi/csi.sock")),
+    ("probe-timeout", Some("3s")),
+    ("health-port", Some("9808")),
+    ("http-endpoint", Some(":9808")),
+    ("metrics-path", Some("/metrics")),
+    ("automaxprocs", None),
+    ("connection-timeout", Some("3s")),
+];
+
+/// The ways Go's flag package accepts one flag: one or two dashes, `=value` or a separate
+/// word; a boolean bare or with `=true`/`=false` (never a separate word).
+fn spellings(name: &str, value: Option<&str>) -> Vec<Vec<String>> {
+    let mut forms = Vec::new();
+    for dashes in ["-", "--"] {
+        match value {
+            Some(value) => {
+                forms.push(vec![format!("{dashes}{name}={value}")]);
+                forms.push(vec![format!("{dashes}{name}"), value.to_owned()]);
+            }
+            None => {
+                for suffix in ["", "=true", "=false", "=1", "=F"] {
+                    forms.push(vec![format!("{dashes}{name}{suffix}")]);
+                }
+            }
+        }
+    }
+    forms
+}
+
+fn must_parse<T: argh::FromArgs + argh::ArgsInfo>(program: &str, words: &[String]) -> T {
+    parse_mode_args::<T>(program, words).unwrap_or_else(|stop| panic!("{words:?}: {stop:?}"))
+}
+
+#[test]
+fn every_upstream_flag_is_accepted_in_every_go_spelling() {
+    for (name, value) in REGISTRAR.iter().chain(LOGGING) {
+        for words in spellings(name, *value) {
+            let words = [vec!["--kubelet-registration-path=/k".to_owned()], words].concat();
+            let args: csi_nodekit::registrar::Args = must_parse("registrar", &words);
+            csi_nodekit::registrar::Settings::from_args(args)
+                .unwrap_or_else(|e| panic!("registrar {words:?}: {e}"));
+        }
+    }
+    for (name, value) in LIVENESSPROBE.iter().chain(LOGGING) {
+        for words in spellings(name, *value) {
+            let words = [vec!["serve".to_owned()], words].concat();
+            let args: csi_nodekit::probe::Args = must_parse("livenessprobe", &words);
+            let Some(csi_nodekit::probe::Command::Serve(serve)) = args.command else {
+                panic!("{words:?}: not serve");
+            };
+            csi_nodekit::probe::serve::Settings::from_args(serve)
+                .unwrap_or_else(|e| panic!("livenessprobe {words:?}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn logging_flags_with_a_meaning_get_it_and_the_others_are_reported_as_ignored() {
+    use csi_nodekit::cli::ModeArgs;
+    let words: Vec<String> = LOGGING
+        .iter()
+        .map(|(name, value)| match value {
+            Some(value) => format!("--{name}={value}"),
+            None => format!("--{name}"),
+        })
+        .chain(["--enable-pprof".to_owned()])
+        .collect();
+    let args: csi_nodekit::registrar::Args = must_parse("registrar", &words);
+    let logging = args.logging();
+    assert_eq!(logging.verbosity, 5);
+    assert_eq!(
+        logging.vmodule.0,
+        [("supervise".into(), 4), ("serve*".into(), 2)]
+    );
+    assert!(logging.skip_headers && logging.add_dir_header);
+    let ignored = args.ignored();
+    let meaningful = [
+        "v",
+        "vmodule",
+        "logging-format",
+        "skip_headers",
+        "add_dir_header",
+    ];
+    for (name, _) in LOGGING.iter().filter(|(n, _)| !meaningful.contains(n)) {
+        assert!(
+            ignored.contains(&format!("--{name}").as_str()),
+            "{name}: {ignored:?}"
+        );
+    }
+    assert!(ignored.contains(&"--enable-pprof"), "{ignored:?}");
+    assert_eq!(
+        ignored.len(),
+        LOGGING.len() - meaningful.len() + 1,
+        "{ignored:?}"
+    );
+}
+
+#[test]
+fn the_registrar_binary_takes_every_upstream_flag_at_once() {
+    // The exec-probe mode exits 0 once the flags are checked, so every flag goes through the
+    // real binary without a driver.
+    let words: Vec<String> = REGISTRAR
+        .iter()
+        .filter(|(name, _)| *name != "mode")
+        .chain(LOGGING)
+        .map(|(name, value)| match value {
+            Some(value) => format!("-{name}={value}"),
+            None => format!("--{name}"),
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::symlink_as(dir.path(), "csi-node-driver-registrar"))
+        .args(&words)
+        .arg("--mode=kubelet-registration-probe")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_livenessprobe_binary_takes_every_upstream_flag_at_once_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let csi = dir.path().join("csi.sock");
+    let driver = FakeDriver::start(&csi, "every.flag.example.io");
+    *driver.behaviour.ready.lock().unwrap() = Some(true);
+    let words: Vec<String> = LIVENESSPROBE
+        .iter()
+        .filter(|(name, _)| !["csi-address", "http-endpoint"].contains(name))
+        .chain(LOGGING)
+        .flat_map(|(name, value)| match value {
+            Some(value) => vec![format!("--{name}"), (*value).to_owned()],
+            None => vec![format!("-{name}=true")],
+        })
+        .collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let (_probe, address) = common::start_livenessprobe(dir.path(), &csi, &words).await;
+    assert_eq!(common::http_get(&address, "/healthz").await.0, 200);
+}
+
+/// Runs the binary as `name` with `args`, expecting it to stop at once.
+fn run_as(name: &str, args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(common::symlink_as(dir.path(), name))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_exit(&mut child, Duration::from_secs(10));
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn every_bad_flag_value_exits_2_with_one_line_naming_the_flag_before_anything_starts() {
+    let reg = "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock";
+    let table: &[(&str, &[&str], &str)] = &[
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--http-endpoint=:99999"],
+            "--http-endpoint",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--http-endpoint=banana"],
+            "--http-endpoint",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--http-endpoint=:0"],
+            "--http-endpoint",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--health-port=-1"],
+            "--health-port",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--csi-address="],
+            "--csi-address",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--plugin-registration-path="],
+            "--plugin-registration-path",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--timeout=0s"],
+            "--timeout",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--mode=probe"],
+            "--mode",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--stderrthreshold=LOUD"],
+            "--stderrthreshold",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--log_backtrace_at=nowhere"],
+            "--log_backtrace_at",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--vmodule=supervise"],
+            "--vmodule",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--log-json-info-buffer-size=lots"],
+            "--log-json-info-buffer-size",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[reg, "--logtostderr=maybe"],
+            "--logtostderr",
+        ),
+        ("csi-node-driver-registrar", &[reg, "--v=-1"], "--v"),
+        (
+            "livenessprobe",
+            &["--http-endpoint=:99999"],
+            "--http-endpoint",
+        ),
+        (
+            "livenessprobe",
+            &["--http-endpoint=banana"],
+            "--http-endpoint",
+        ),
+        ("livenessprobe", &["--health-port=-1"], "--health-port"),
+        ("livenessprobe", &["--health-port=banana"], "--health-port"),
+        ("livenessprobe", &["--csi-address="], "--csi-address"),
+        ("livenessprobe", &["--probe-timeout=0s"], "--probe-timeout"),
+        (
+            "livenessprobe",
+            &["--metrics-address=x"],
+            "--metrics-address",
+        ),
+        (
+            "livenessprobe",
+            &["--log-flush-frequency=often"],
+            "--log-flush-frequency",
+        ),
+        ("csi-node-server", &["--endpoint="], "--endpoint"),
+        ("csi-node-server", &["--state-dir="], "--state-dir"),
+    ];
+    for (name, args, flag) in table {
+        let out = run_as(name, args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name} {args:?}: {err}");
+        assert!(
+            err.contains(flag),
+            "{name} {args:?} should name {flag}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{name} {args:?}");
+    }
+}
+
+#[test]
+fn an_unknown_flag_says_so_at_every_level() {
+    let top = run_as("csi-nodekit", &["--bogus"]);
+    assert_eq!(top.status.code(), Some(2));
+    let err = text(&top.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown flag --bogus"), "{err}");
+    for name in [
+        "csi-node-driver-registrar",
+        "livenessprobe",
+        "csi-node-server",
+    ] {
+        let out = run_as(name, &["-bogus=1"]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("{name}: unknown flag --bogus"),
+            "{name}"
+        );
+    }
+}
+
+/// Each flag's entry in a Go-style help: its name as spelled on the command line.
+fn help_names(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|l| l.strip_prefix("  -"))
+        .map(|l| l.split([' ', '\t']).next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn each_mode_help_lists_every_upstream_flag_in_go_order_with_its_default() {
+    let registrar = run_as("csi-node-driver-registrar", &["--help"]);
+    assert!(registrar.status.success());
+    let help = text(&registrar.stdout);
+    let names = help_names(&help);
+    for (name, _) in REGISTRAR.iter().chain(LOGGING) {
+        assert!(names.iter().any(|n| n == name), "-{name} missing:\n{help}");
+    }
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "Go sorts flags by name");
+    assert!(help.contains("  -csi-address string\n    \t"), "{help}");
+    assert!(help.contains("(default \"/run/csi/socket\")\n"), "{help}");
+    assert!(help.contains("  -timeout duration\n    \t"), "{help}");
+    assert!(help.contains("(default 1s)\n"), "{help}");
+    let probe = run_as("livenessprobe", &["-h"]);
+    let help = text(&probe.stdout);
+    let names = help_names(&help);
+    for (name, _) in LIVENESSPROBE.iter().chain(LOGGING) {
+        assert!(names.iter().any(|n| n == name), "-{name} missing:\n{help}");
+    }
+    assert!(help.contains("(default \"9808\")\n") && help.contains("(default 3s)\n"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn livenessprobe_help_shows_a_usage_line_that_works_as_written() {
+    let out = run_as("livenessprobe", &["--help"]);
+    let help = text(&out.stdout);
+    let usage = help.lines().next().unwrap();
+    let command = usage
+        .strip_prefix("Usage: ")
+        .and_then(|u| u.strip_suffix(" [flags]"))
+        .unwrap_or_else(|| panic!("{usage}"));
+    assert_eq!(command, "livenessprobe", "{usage}");
+    // The command as written, with flags: it serves.
+    let dir = tempfile::tempdir().unwrap();
+    let csi = dir.path().join("csi.sock");
+    let driver = FakeDriver::start(&csi, "usage.example.io");
+    *driver.behaviour.ready.lock().unwrap() = Some(true);
+    let (_probe, address) = common::start_livenessprobe(dir.path(), &csi, &[]).await;
+    assert_eq!(common::http_get(&address, "/healthz").await.0, 200);
+}
+
+#[test]
+fn help_mode_shows_that_mode_help_and_the_top_help_names_each_mode() {
+    let binary = common::binary();
+    for (mode, words) in [
+        ("registrar", vec!["registrar", "--help"]),
+        ("node-server", vec!["node-server", "-help"]),
+        ("probe", vec!["probe", "--help"]),
+        ("livenessprobe", vec!["livenessprobe", "--help"]),
+        ("probe", vec!["probe", "once", "--help"]),
+    ] {
+        let sub: Vec<&str> = words[1..words.len() - 1].to_vec();
+        let help = Command::new(&binary)
+            .args([&["help", mode][..], &sub].concat())
+            .output()
+            .unwrap();
+        let direct = Command::new(&binary).args(&words).output().unwrap();
+        assert!(help.status.success() && direct.status.success(), "{mode}");
+        assert_eq!(
+            text(&help.stdout),
+            text(&direct.stdout),
+            "help {mode} {sub:?}"
+        );
+        assert!(
+            text(&help.stdout).starts_with("Usage: csi-nodekit "),
+            "{mode}"
+        );
+    }
+    let top = Command::new(&binary).arg("--help").output().unwrap();
+    let top = text(&top.stdout);
+    for mode in ["node-server", "registrar", "probe", "demo"] {
+        let line = top
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{mode} ")))
+            .unwrap_or_else(|| panic!("{mode} missing:\n{top}"));
+        assert!(
+            line.split_whitespace().count() > 3,
+            "a line of what {mode} is for: {line}"
+        );
+    }
+    let probe = Command::new(&binary)
+        .args(["help", "probe"])
+        .output()
+        .unwrap();
+    let probe = text(&probe.stdout);
+    for sub in ["serve", "once", "registration", "kubelet", "doctor"] {
+        assert!(probe.contains(&format!("\n  {sub} ")), "{sub}:\n{probe}");
+    }
+}
+
+#[test]
+fn a_help_request_is_not_confused_with_a_flag_error() {
+    let stop = parse_mode_args::<csi_nodekit::registrar::Args>("registrar", &["-h".to_owned()])
+        .unwrap_err();
+    assert!(matches!(stop, ParseStop::Help(ref t) if t.starts_with("Usage: registrar")));
+}
