@@ -232,3 +232,51 @@ fn a_successful_exec_probe_prints_nothing() {
     common::send_signal(&server.0, nix::sys::signal::Signal::SIGTERM);
     common::wait_exit(&mut server.0, std::time::Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn secrets_never_reach_the_logs_even_at_the_highest_verbosity() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let state = dir.path().join("state");
+    let server = common::spawn_node_server(&socket, &state, &["--v=10"]);
+    assert!(
+        common::wait_until(std::time::Duration::from_secs(10), || common::is_socket(
+            &socket
+        ))
+        .await
+    );
+    let mut csi = common::csi_node::connect(&socket).await;
+    const MARKER: &str = "s3cr3t-that-must-not-be-logged";
+    let secrets = std::collections::HashMap::from([("password".to_owned(), MARKER.to_owned())]);
+    let mut create = common::csi_node::create_request("secret-volume", 1 << 20);
+    create.secrets = secrets.clone();
+    let created = csi
+        .controller
+        .create_volume(create)
+        .await
+        .unwrap()
+        .into_inner();
+    let id = created.volume.unwrap().volume_id;
+    // An oversize secret is refused; the refusal names the field, not the value.
+    let mut oversize = common::csi_node::create_request("secret-volume-2", 1 << 20);
+    oversize.secrets =
+        std::collections::HashMap::from([("password".to_owned(), MARKER.repeat(400))]);
+    let refused = csi.controller.create_volume(oversize).await.unwrap_err();
+    assert!(!refused.message().contains(MARKER), "{}", refused.message());
+    let mut delete = common::csi_node::delete_request(&id);
+    delete.secrets = secrets;
+    csi.controller.delete_volume(delete).await.unwrap();
+    drop(csi);
+    common::send_signal(&server.0, nix::sys::signal::Signal::SIGTERM);
+    let mut server = server;
+    // Waiting without blocking lets this runtime close the client's connection.
+    let limit = std::time::Duration::from_secs(10);
+    let exited = common::wait_until(limit, || server.0.try_wait().unwrap().is_some()).await;
+    assert!(exited, "node-server did not exit on SIGTERM");
+    let logs = server.stderr();
+    assert!(
+        logs.contains("CreateVolume"),
+        "--v=10 logs the calls: {logs}"
+    );
+    assert!(!logs.contains(MARKER), "a secret was logged:\n{logs}");
+}
