@@ -4,6 +4,7 @@ use argh::{ArgsInfo, FromArgs};
 // Flags of every kind, to pin the layout of Go's `flag.PrintDefaults`.
 #[derive(FromArgs, ArgsInfo, Debug)]
 /// Layout sample.
+#[allow(dead_code)] // only its description is used
 struct Sample {
     /// a one-letter switch
     #[argh(switch)]
