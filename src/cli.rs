@@ -139,7 +139,8 @@ pub fn dispatch(argv: &[String]) -> Dispatch {
     match rest.first().map(String::as_str) {
         None => Dispatch::Unknown("no mode given".into()),
         Some("--version" | "-version") => Dispatch::Version,
-        Some("--help" | "-help" | "-h" | "--h" | "help") if rest.len() == 1 => Dispatch::Help,
+        Some("--help" | "-help" | "-h" | "--h") => Dispatch::Help,
+        Some("help") if rest.len() == 1 => Dispatch::Help,
         Some("help") => match lookup(&rest[1]) {
             Some((mode, implied)) => {
                 let words: Vec<String> = rest[2..]
