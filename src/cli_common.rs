@@ -1,6 +1,6 @@
-//! The flags every mode shares: our own (`--v`, `--vmodule`, `--logging-format`, `--version`),
-//! and every logging flag the upstream sidecars ever registered, so that manifests written for
-//! any of their versions start. klog's (registrar v2.0–v2.10, livenessprobe v2.0–v2.11) are
+//! The flags every mode shares (`--v`, `--vmodule`, `--logging-format`, `--skip_headers`,
+//! `--add_dir_header`, `--version`), and for the drop-ins of the upstream sidecars every logging
+//! flag those ever registered, so that manifests written for any of their versions start. klog's (registrar v2.0–v2.10, livenessprobe v2.0–v2.11) are
 //! spelled with underscores, component-base's (later versions) with dashes. Those with a
 //! meaning here have it; the rest are accepted, checked as upstream checks them, and named in
 //! one log line (see [`ModeArgs::ignored`]).
@@ -22,9 +22,85 @@ pub const UNDERSCORED: &[&str] = &[
 /// share fields between structs), and implements [`ModeArgs`] for it. The struct is written
 /// as usual, attributes and doc comments included; a mode's own flags that are accepted for
 /// compatibility and have no effect are listed after it:
-/// `ignored { "--enable-pprof" => enable_pprof, ... }`.
+/// `ignored { "--enable-pprof" => enable_pprof, ... }`. The drop-ins for the upstream sidecars
+/// start with `upstream;`, which adds every logging flag those ever registered; our own modes
+/// do without them (a shorter help, less code).
 #[macro_export]
 macro_rules! mode_args {
+    (
+        upstream;
+        $(#[$($meta:tt)*])*
+        pub struct $name:ident {
+            $($fields:tt)*
+        }
+        $(ignored { $($flag:literal => $ignored:ident),* $(,)? })?
+    ) => {
+        $crate::mode_args! {
+            @build [$(#[$($meta)*])*] $name
+            [
+                $($fields)*
+                /// accepted and ignored (klog): logs always go to standard error
+                #[argh(switch)]
+                pub alsologtostderr: bool,
+                /// accepted and ignored (klog): logs always go to standard error (default true)
+                #[argh(switch)]
+                pub logtostderr: bool,
+                /// accepted and ignored (klog): no log files are written
+                #[argh(option, arg_name = "string")]
+                pub log_dir: Option<String>,
+                /// accepted and ignored (klog): no log files are written
+                #[argh(option, arg_name = "string")]
+                pub log_file: Option<String>,
+                /// accepted and ignored (klog): no log files are written (default 1800)
+                #[argh(option, arg_name = "uint")]
+                pub log_file_max_size: Option<u64>,
+                /// accepted and ignored (klog): no log files are written
+                #[argh(switch)]
+                pub skip_log_headers: bool,
+                /// accepted and ignored (klog): each line is written once, to standard error
+                #[argh(switch)]
+                pub one_output: bool,
+                /// accepted and ignored (klog): every line goes to standard error (default 2)
+                #[argh(option, arg_name = "value")]
+                pub stderrthreshold: Option<$crate::gocompat::Severity>,
+                /// accepted and ignored (klog): no stack traces are written (default :0)
+                #[argh(option, arg_name = "value")]
+                pub log_backtrace_at: Option<$crate::gocompat::TraceLocation>,
+                /// accepted and ignored: every line is written at once (default 5s)
+                #[argh(option, arg_name = "duration")]
+                pub log_flush_frequency: Option<$crate::gocompat::GoDuration>,
+                /// accepted and ignored: JSON lines all go to standard error
+                #[argh(switch)]
+                pub log_json_split_stream: bool,
+                /// accepted and ignored: lines are not buffered
+                #[argh(option, arg_name = "value")]
+                pub log_json_info_buffer_size: Option<$crate::gocompat::Quantity>,
+                /// accepted and ignored: text lines all go to standard error
+                #[argh(switch)]
+                pub log_text_split_stream: bool,
+                /// accepted and ignored: lines are not buffered
+                #[argh(option, arg_name = "value")]
+                pub log_text_info_buffer_size: Option<$crate::gocompat::Quantity>,
+            ]
+            [
+                "--alsologtostderr" => alsologtostderr,
+                "--logtostderr" => logtostderr,
+                "--log_dir" => log_dir,
+                "--log_file" => log_file,
+                "--log_file_max_size" => log_file_max_size,
+                "--skip_log_headers" => skip_log_headers,
+                "--one_output" => one_output,
+                "--stderrthreshold" => stderrthreshold,
+                "--log_backtrace_at" => log_backtrace_at,
+                "--log-flush-frequency" => log_flush_frequency,
+                "--log-json-split-stream" => log_json_split_stream,
+                "--log-json-info-buffer-size" => log_json_info_buffer_size,
+                "--log-text-split-stream" => log_text_split_stream,
+                "--log-text-info-buffer-size" => log_text_info_buffer_size,
+                $($($flag => $ignored,)*)?
+            ]
+        }
+    };
     (
         $(#[$($meta:tt)*])*
         pub struct $name:ident {
@@ -32,9 +108,17 @@ macro_rules! mode_args {
         }
         $(ignored { $($flag:literal => $ignored:ident),* $(,)? })?
     ) => {
+        $crate::mode_args! {
+            @build [$(#[$($meta)*])*] $name [$($fields)*] [$($($flag => $ignored,)*)?]
+        }
+    };
+    (
+        @build [$($meta:tt)*] $name:ident [$($fields:tt)*]
+        [$($flag:literal => $ignored:ident,)*]
+    ) => {
         // The fields pass as raw tokens: argh reads their types (a switch must be `bool`),
         // which a `ty` fragment would hide.
-        $(#[$($meta)*])*
+        $($meta)*
         pub struct $name {
             $($fields)*
             /// number for the log level verbosity: 0 is quiet, 2 adds steady-state detail, 5
@@ -55,48 +139,6 @@ macro_rules! mode_args {
             /// if true, avoid header prefixes in the log messages
             #[argh(switch)]
             pub skip_headers: bool,
-            /// accepted and ignored (klog): logs always go to standard error
-            #[argh(switch)]
-            pub alsologtostderr: bool,
-            /// accepted and ignored (klog): logs always go to standard error (default true)
-            #[argh(switch)]
-            pub logtostderr: bool,
-            /// accepted and ignored (klog): no log files are written
-            #[argh(option, arg_name = "string")]
-            pub log_dir: Option<String>,
-            /// accepted and ignored (klog): no log files are written
-            #[argh(option, arg_name = "string")]
-            pub log_file: Option<String>,
-            /// accepted and ignored (klog): no log files are written (default 1800)
-            #[argh(option, arg_name = "uint")]
-            pub log_file_max_size: Option<u64>,
-            /// accepted and ignored (klog): no log files are written
-            #[argh(switch)]
-            pub skip_log_headers: bool,
-            /// accepted and ignored (klog): each line is written once, to standard error
-            #[argh(switch)]
-            pub one_output: bool,
-            /// accepted and ignored (klog): every line goes to standard error (default 2)
-            #[argh(option, arg_name = "value")]
-            pub stderrthreshold: Option<$crate::gocompat::Severity>,
-            /// accepted and ignored (klog): no stack traces are written (default :0)
-            #[argh(option, arg_name = "value")]
-            pub log_backtrace_at: Option<$crate::gocompat::TraceLocation>,
-            /// accepted and ignored: every line is written at once (default 5s)
-            #[argh(option, arg_name = "duration")]
-            pub log_flush_frequency: Option<$crate::gocompat::GoDuration>,
-            /// accepted and ignored: JSON lines all go to standard error
-            #[argh(switch)]
-            pub log_json_split_stream: bool,
-            /// accepted and ignored: lines are not buffered
-            #[argh(option, arg_name = "value")]
-            pub log_json_info_buffer_size: Option<$crate::gocompat::Quantity>,
-            /// accepted and ignored: text lines all go to standard error
-            #[argh(switch)]
-            pub log_text_split_stream: bool,
-            /// accepted and ignored: lines are not buffered
-            #[argh(option, arg_name = "value")]
-            pub log_text_info_buffer_size: Option<$crate::gocompat::Quantity>,
             /// print the version and exit
             #[argh(switch)]
             pub version: bool,
@@ -116,24 +158,10 @@ macro_rules! mode_args {
                 }
             }
             fn ignored(&self) -> Vec<&'static str> {
-                let given = [
-                    ("--alsologtostderr", self.alsologtostderr),
-                    ("--logtostderr", self.logtostderr),
-                    ("--log_dir", self.log_dir.is_some()),
-                    ("--log_file", self.log_file.is_some()),
-                    ("--log_file_max_size", self.log_file_max_size.is_some()),
-                    ("--skip_log_headers", self.skip_log_headers),
-                    ("--one_output", self.one_output),
-                    ("--stderrthreshold", self.stderrthreshold.is_some()),
-                    ("--log_backtrace_at", self.log_backtrace_at.is_some()),
-                    ("--log-flush-frequency", self.log_flush_frequency.is_some()),
-                    ("--log-json-split-stream", self.log_json_split_stream),
-                    ("--log-json-info-buffer-size", self.log_json_info_buffer_size.is_some()),
-                    ("--log-text-split-stream", self.log_text_split_stream),
-                    ("--log-text-info-buffer-size", self.log_text_info_buffer_size.is_some()),
-                    $($(($flag, $crate::cli::Given::given(&self.$ignored)),)*)?
+                let given: &[(&'static str, bool)] = &[
+                    $(($flag, $crate::cli::Given::given(&self.$ignored)),)*
                 ];
-                given.into_iter().filter(|(_, on)| *on).map(|(flag, _)| flag).collect()
+                given.iter().filter(|(_, on)| *on).map(|(flag, _)| *flag).collect()
             }
         }
     };

@@ -15,6 +15,7 @@ mod end_to_end;
 mod fault_suite;
 mod flags;
 mod flags_fixture;
+mod flags_help;
 mod grpc_any_authority;
 mod http_flood;
 mod logging;

@@ -20,6 +20,7 @@ use crate::shutdown::Shutdown;
 use crate::{BoxError, UsageError, socket};
 
 crate::mode_args! {
+    upstream;
     #[derive(FromArgs, ArgsInfo, Debug)]
     #[argh(subcommand, name = "serve")]
     /// Serve /healthz by calling the driver's Probe (drop-in livenessprobe).

@@ -20,6 +20,7 @@ use crate::shutdown::Shutdown;
 use crate::{BoxError, UsageError, socket};
 
 crate::mode_args! {
+    upstream;
     #[derive(FromArgs, ArgsInfo, Debug)]
     /// Registers a CSI driver with the kubelet and keeps it registered (drop-in node-driver-registrar).
     pub struct Args {
