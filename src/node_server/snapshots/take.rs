@@ -2,11 +2,10 @@
 //! volumes' writers left dirty, where a reflink of each dirty file would flush it on its own),
 //! then each source tree is copied by the copy engine to its snapshot's directory, with
 //! reflinks where the filesystem shares extents. The members of a group are copied back to
-//! back, right after that one sync: measured (`scripts/bench-storage.sh grpc`, four volumes of
-//! 2,500 files), copying them in parallel threads widened the window in which the group's files
-//! were copied (XFS 1.6 s against 1.0 s back to back, btrfs 1.7 s against 1.2 s), since
-//! reflinks are bound by the CPU and the filesystem's metadata locks, not by waiting. The
-//! window is logged.
+//! back, right after that one sync, with no threads of their own. Whether copying them in
+//! parallel threads narrows the window in which the group's files are copied was measured
+//! twice on the shared 2-core build machine (`scripts/bench-storage.sh grpc`, four volumes of
+//! 2,500 files) and the runs disagreed (see the README's *Figures*); the window is logged.
 //!
 //! What a cut promises: each regular file is copied as of one instant where reflinks are used
 //! (`FICLONE` takes the file's I/O lock, so no write lands halfway through it); without
