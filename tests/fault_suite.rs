@@ -7,6 +7,7 @@
 //! --include-ignored --nocapture` prints the table the README shows.
 
 mod clients;
+mod flags;
 mod processes;
 mod registration;
 mod restarts;
