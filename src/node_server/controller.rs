@@ -1,12 +1,13 @@
 //! The CSI Controller service for this node's own volumes (external-provisioner's node
 //! deployment): create (empty, restored from a snapshot, or cloned), delete, validate, list,
-//! capacity, expand; the snapshot calls are in `controller_snapshots`. Volumes are pinned to
+//! capacity, expand, modify (a volume's mutable attributes); the snapshot calls are in `controller_snapshots`. Volumes are pinned to
 //! this node by topology. Controller publish is not offered.
 
 use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
+use super::attributes::{Attributes, ParameterError};
 use super::controller_snapshots as snapshots;
 use super::driver::Driver;
 use super::error::ControllerError;
@@ -41,8 +42,12 @@ fn status(error: ControllerError) -> Status {
     let code = match &error {
         // "Source does not exist" too.
         E::Volume(V::NotFound { .. }) | E::SourceNotFound { .. } => Code::NotFound,
-        // "Volume already exists but is incompatible" (size or content source).
-        E::NameTaken { .. } | E::OtherSource { .. } => Code::AlreadyExists,
+        // "Volume already exists but is incompatible" (size, content source or attributes).
+        E::NameTaken { .. } | E::OtherSource { .. } | E::OtherAttributes { .. } => {
+            Code::AlreadyExists
+        }
+        // ModifyVolume's "parameters not supported" and "exceeds capabilities".
+        E::Parameter(_) | E::CannotApply { .. } => Code::InvalidArgument,
         // DeleteVolume of a volume that is still mounted.
         E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
@@ -101,6 +106,11 @@ fn content_source(source: &VolumeContentSource) -> Result<ContentSource, Status>
     }
 }
 
+/// A malformed parameter: INVALID_ARGUMENT, naming it.
+fn invalid(error: ParameterError) -> Status {
+    Status::invalid_argument(error.to_string())
+}
+
 fn unsupported<T>(what: &str) -> Result<Response<T>, Status> {
     Err(Status::unimplemented(format!(
         "{what} is not offered by this plugin"
@@ -121,6 +131,10 @@ impl Controller for ControllerService {
         let source = (req.volume_content_source.as_ref())
             .map(content_source)
             .transpose()?;
+        // A StorageClass's parameters, then its VolumeAttributesClass's, which take precedence.
+        let attributes = Attributes::from_parameters(&req.parameters)
+            .and_then(|class| Ok(class.with(Attributes::from_mutable(&req.mutable_parameters)?)))
+            .map_err(invalid)?;
         log::trace!("CreateVolume name={name} required={required} limit={limit}");
         let driver = &self.0;
         if let Some(wanted) = &req.accessibility_requirements
@@ -134,7 +148,8 @@ impl Controller for ControllerService {
         }
         // Names may contain anything; "name/" keys cannot collide with volume IDs.
         let key = format!("name/{name}");
-        let work = move |d: &Driver| Ok(d.volume(&d.create(&name, required, limit, source)?));
+        let work =
+            move |d: &Driver| Ok(d.volume(&d.create(&name, required, limit, source, attributes)?));
         let volume = driver.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
@@ -167,13 +182,16 @@ impl Controller for ControllerService {
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
         self.0.volumes.known(id).map_err(|e| status(e.into()))?;
-        let reply = match no_block(&caps) {
-            Ok(()) => ValidateVolumeCapabilitiesResponse {
+        let attributes = Attributes::from_parameters(&req.parameters)
+            .and_then(|_| Attributes::from_mutable(&req.mutable_parameters))
+            .map_err(|e| Status::invalid_argument(e.to_string()));
+        let reply = match no_block(&caps).and(attributes) {
+            Ok(_) => ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(Confirmed {
                     volume_context: req.volume_context,
                     volume_capabilities: req.volume_capabilities,
                     parameters: req.parameters,
-                    mutable_parameters: Default::default(),
+                    mutable_parameters: req.mutable_parameters,
                 }),
                 message: String::new(),
             },
@@ -251,6 +269,7 @@ impl Controller for ControllerService {
             Type::CreateDeleteSnapshot,
             Type::ListSnapshots,
             Type::CloneVolume,
+            Type::ModifyVolume,
         ];
         // GetSnapshot is served either way; its capability (alpha in the spec) is rejected
         // by csi-sanity before v5.5, and no Kubernetes sidecar asks for it yet.
@@ -339,8 +358,25 @@ impl Controller for ControllerService {
 
     async fn controller_modify_volume(
         &self,
-        _: Request<ControllerModifyVolumeRequest>,
+        request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        unsupported("ControllerModifyVolume")
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        let change = Attributes::from_mutable(&req.mutable_parameters).map_err(invalid)?;
+        log::trace!("ControllerModifyVolume volume={id}");
+        // An unknown volume is NOT_FOUND before an empty map is refused: csi-sanity sends
+        // the parameters of its --csi.testvolumemutableparameters file, none without one,
+        // and expects NOT_FOUND for a volume that does not exist either way.
+        self.0.volumes.known(&id).map_err(|e| status(e.into()))?;
+        if req.mutable_parameters.is_empty() {
+            return Err(Status::invalid_argument(
+                "mutable_parameters is required: name at least one parameter to change",
+            ));
+        }
+        let key = id.clone();
+        let work = move |d: &Driver| d.modify(&id, change);
+        self.0.locked(&key, work).await.map_err(status)?;
+        Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::attributes::Attributes;
 use super::ephemeral;
 use super::error::{ControllerError, NodeError, SnapshotError, WorkerError};
 use super::mount::{MountOptions, Mounter};
@@ -369,19 +370,27 @@ impl Driver {
 
     // ---- Controller service ----
 
-    /// CreateVolume: the volume of that name if its size and content source are the ones
-    /// asked for, else a new one, restored or cloned from `source` if one is given.
+    /// CreateVolume: the volume of that name if its size, content source and attributes are
+    /// the ones asked for, else a new one, restored or cloned from `source` if one is given,
+    /// with `attributes` applied.
     pub fn create(
         &self,
         name: &str,
         required: u64,
         limit: u64,
         source: Option<ContentSource>,
+        attributes: Attributes,
     ) -> Result<Record, ControllerError> {
         match self.volumes.find_name(name) {
             Some(existing) if existing.source != source => Err(ControllerError::OtherSource {
                 name: name.to_owned(),
             }),
+            Some(existing) if !existing.attributes.agrees_with(&attributes) => {
+                Err(ControllerError::OtherAttributes {
+                    name: name.to_owned(),
+                    existing: existing.attributes.to_map(),
+                })
+            }
             Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
                 Ok(existing)
             }
@@ -390,6 +399,7 @@ impl Driver {
                 capacity: existing.capacity,
             }),
             None => {
+                self.check_attributes(&attributes, None)?;
                 let content = source.as_ref().map(|s| self.content(s)).transpose()?;
                 let source_size = content.as_ref().map(|c| c.size);
                 let capacity = capacity::size_with_source(required, limit, source_size).ok_or(
@@ -403,11 +413,15 @@ impl Driver {
                     name: name.to_owned(),
                     capacity,
                     source,
+                    attributes,
                     ..Default::default()
                 };
-                self.volumes.create_with(record, |dir| match &content {
-                    Some(content) => content.fill(dir),
-                    None => Ok(()),
+                self.volumes.create_with(record.clone(), |dir| {
+                    if let Some(content) = &content {
+                        content.fill(dir)?;
+                    }
+                    // After the copy, which may have carried the source's root mode.
+                    Ok(self.volumes.apply_root_mode(&record)?)
                 })
             }
         }

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use super::attributes::ParameterError;
 use super::capacity::QuantityError;
 use super::copy::CopyError;
 use super::mount::MountError;
@@ -96,6 +97,21 @@ pub enum ControllerError {
     SourceBusy(#[from] SourceBusy),
     #[error("copy the content source: {0}")]
     Copy(#[from] CopyError),
+    /// A mutable parameter that is not ours or not well-formed.
+    #[error(transparent)]
+    Parameter(#[from] ParameterError),
+    /// A parameter this volume (or this node) cannot apply: the spec's "exceeds capabilities".
+    #[error("{key} cannot be applied to {what}: {why}")]
+    CannotApply {
+        key: &'static str,
+        what: String,
+        why: String,
+    },
+    #[error("volume {name:?} exists with other mutable parameters ({existing:?})")]
+    OtherAttributes {
+        name: String,
+        existing: std::collections::HashMap<String, String>,
+    },
 }
 
 /// A failed snapshot or group snapshot operation.

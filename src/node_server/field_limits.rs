@@ -158,6 +158,14 @@ impl SizeLimits for ControllerExpandVolumeRequest {
     }
 }
 
+impl SizeLimits for ControllerModifyVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("secrets", &self.secrets)?;
+        map("mutable_parameters", &self.mutable_parameters)
+    }
+}
+
 impl SizeLimits for NodeStageVolumeRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;

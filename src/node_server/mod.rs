@@ -12,6 +12,8 @@
 //! - [`error`] — what each service's operations can fail with.
 //! - [`validate`] — request checks with the exact gRPC codes; [`field_limits`], the CSI
 //!   spec's size limits on every field and the bound on a whole request.
+//! - [`attributes`] — what a VolumeAttributesClass may set (`inodeLimit`, `rootMode`), and
+//!   `modify`, ControllerModifyVolume applying it to a live volume.
 //! - [`volumes`] + `store` — volume records, persistence (any record kind), capacity,
 //!   per-volume locks.
 //! - `snapshots` — snapshot and group records, their data under `<state-dir>/snapshots/`,
@@ -25,6 +27,7 @@
 //! - [`volume_quota`] — what the volumes get from it: the start-up decision, a project and a
 //!   limit per volume, its release, and each volume's own usage for its stats.
 
+pub mod attributes;
 pub mod capacity;
 mod content;
 mod controller;
@@ -38,6 +41,7 @@ pub mod field_limits;
 mod group_controller;
 pub mod identity;
 pub mod loopdev;
+mod modify;
 pub mod mount;
 pub mod mountinfo;
 mod node;

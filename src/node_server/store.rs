@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::attributes::Attributes;
 use super::validate::volume_id_problem;
 
 /// What we remember about a volume.
@@ -29,6 +30,9 @@ pub struct Record {
     /// What the volume was created from; `None` (and absent in records written before
     /// snapshots existed) for an empty volume.
     pub source: Option<ContentSource>,
+    /// What its VolumeAttributesClass (or StorageClass, or a ControllerModifyVolume) set;
+    /// absent in records from before ControllerModifyVolume, which have the defaults.
+    pub attributes: Attributes,
 }
 
 /// CreateVolume's `volume_content_source`: a restore or a clone.
@@ -76,6 +80,9 @@ impl Record {
         if let Some(source) = &self.source {
             value["content_source"] = source.to_json();
         }
+        if !self.attributes.is_empty() {
+            value["attributes"] = self.attributes.to_json();
+        }
         value
     }
 
@@ -91,6 +98,7 @@ impl Record {
                 Some(id) => Some(u32::try_from(id.as_u64()?).ok()?),
             },
             source: ContentSource::from_json(value.get("content_source"))?,
+            attributes: Attributes::from_json(value.get("attributes"))?,
         })
     }
 }
@@ -287,6 +295,7 @@ mod tests {
             ephemeral: false,
             project_id: None,
             source: None,
+            attributes: Attributes::default(),
         }
     }
 
@@ -362,6 +371,25 @@ mod tests {
         let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(loaded, vec![restored, cloned, record("d")]);
+    }
+
+    #[test]
+    fn attributes_are_kept_and_records_from_before_them_load_with_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let modified = Record {
+            attributes: Attributes {
+                inode_limit: Some(5000),
+                root_mode: Some(0o750),
+            },
+            ..record("a")
+        };
+        store.save(&modified).unwrap();
+        let old = r#"{"version":1,"id":"b","name":"pvc-b","capacity_bytes":42,"ephemeral":false}"#;
+        std::fs::write(dir.path().join("b.json"), old).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        loaded.sort_by(|a, b| a.id.cmp(&b.id));
+        assert_eq!(loaded, vec![modified, record("b")]);
     }
 
     #[test]

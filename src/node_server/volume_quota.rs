@@ -1,7 +1,8 @@
 //! What node-server does with project quotas ([`quota`](super::quota)) for its volumes:
 //! decided once at start-up from `--quota` and the filesystem of the volume directories, then
-//! applied through every volume's life — a project ID and a hard limit of its capacity at
-//! creation, the limit raised at expansion, the ID released at deletion, and the volume's own
+//! applied through every volume's life — a project ID and a hard limit of its capacity (and
+//! of its `inodeLimit`, if it has one) at creation, the limits changed at expansion and by
+//! ControllerModifyVolume, the ID released at deletion, and the volume's own
 //! usage for its stats.
 //!
 //! A volume whose record has no project ID (created with `--quota=off`, on a filesystem
@@ -207,11 +208,11 @@ impl VolumeQuotas {
 }
 
 /// A volume's limits: its capacity in bytes (at least one byte, as 0 would mean no limit),
-/// and no inode limit (inodes are reported, not limited).
+/// and its `inodeLimit` (none unless one was set).
 fn limits(record: &Record) -> Limits {
     Limits {
         bytes: record.capacity.max(1),
-        inodes: 0,
+        inodes: record.attributes.inodes(),
     }
 }
 
@@ -268,5 +269,13 @@ mod tests {
     #[test]
     fn a_zero_size_is_held_to_one_byte_not_left_unlimited() {
         assert_eq!(limits(&record(None)).bytes, 1);
+    }
+
+    #[test]
+    fn the_inode_limit_is_the_volumes_inode_limit_attribute_and_none_by_default() {
+        assert_eq!(limits(&record(None)).inodes, 0);
+        let mut limited = record(Some(7));
+        limited.attributes.inode_limit = Some(500);
+        assert_eq!(limits(&limited).inodes, 500);
     }
 }

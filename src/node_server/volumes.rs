@@ -10,6 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::attributes::Attributes;
 use super::capacity;
 use super::mountinfo::{MountTable, Unlocatable};
 use super::publish;
@@ -394,6 +395,39 @@ impl Volumes {
         // After the record: a crash in between leaves the larger size to the next start.
         self.quotas.apply(&record)?;
         Ok(record)
+    }
+
+    /// Why sizes are not enforced here (so no volume has a project quota to hold an inode
+    /// limit), unless they are.
+    pub fn quota_reason(&self) -> Option<&str> {
+        self.quotas.reason()
+    }
+
+    /// Gives a volume new attributes: the record first, then its quota limits and its root
+    /// directory's mode, which take effect at once. A crash in between leaves the record's
+    /// limits to the next start, which puts every volume back under them; a retry applies
+    /// them again.
+    pub fn set_attributes(&self, id: &str, attributes: Attributes) -> Result<Record, VolumeError> {
+        let mut record = self.known(id)?;
+        if record.attributes != attributes {
+            record.attributes = attributes;
+            self.store.save(&record)?;
+            self.inner().records.insert(id.to_owned(), record.clone());
+            log::info!("volume {id} now has attributes {:?}", attributes.to_map());
+        }
+        self.quotas.apply(&record)?;
+        self.apply_root_mode(&record)?;
+        Ok(record)
+    }
+
+    /// Sets the root directory's mode to the volume's `rootMode`, if it has one.
+    pub fn apply_root_mode(&self, record: &Record) -> Result<(), VolumeError> {
+        let Some(mode) = record.attributes.root_mode else {
+            return Ok(());
+        };
+        let dir = self.path_of(&record.id);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+            .map_err(io("set the mode of", &dir))
     }
 
     /// Holds a volume to its recorded capacity at once (expansion; a retry after a failed

@@ -1,0 +1,268 @@
+//! A volume's mutable attributes: what a VolumeAttributesClass (CreateVolume's and
+//! ControllerModifyVolume's `mutable_parameters`) or a StorageClass (CreateVolume's
+//! `parameters`) may set, and what node-server applies to a volume while it is in use.
+//!
+//! - `inodeLimit`: the most files, directories and symlinks the volume may hold, as the hard
+//!   inode limit of its project quota (`0`: no limit, the default). Only where sizes are
+//!   enforced: elsewhere there is no project to hold it to, and asking is INVALID_ARGUMENT.
+//! - `rootMode`: the permission bits of the volume's root directory, octal (`0770`, `2775`;
+//!   the default `0777` lets pods of any user write, like an emptyDir). Applied by `chmod` at
+//!   once, to a published volume too.
+//!
+//! Only the keys given change anything (the CSI rule: absence of a key never modifies).
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+pub const INODE_LIMIT: &str = "inodeLimit";
+pub const ROOT_MODE: &str = "rootMode";
+/// Every key a VolumeAttributesClass may use, for error messages.
+pub const KEYS: [&str; 2] = [INODE_LIMIT, ROOT_MODE];
+
+/// A volume's attributes; `None`: never set, the default holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attributes {
+    pub inode_limit: Option<u64>,
+    pub root_mode: Option<u32>,
+}
+
+/// A parameter node-server cannot apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParameterError {
+    #[error(
+        "{field} has {key:?}, which is not a mutable parameter of this driver (these are: {})",
+        KEYS.join(", ")
+    )]
+    Unknown { field: &'static str, key: String },
+    #[error("{field} {key}={value:?}: {why}")]
+    Invalid {
+        field: &'static str,
+        key: &'static str,
+        value: String,
+        why: &'static str,
+    },
+}
+
+/// The mode bits `chmod` takes: permissions, setuid, setgid, sticky.
+const MODE_BITS: u32 = 0o7777;
+
+fn inode_limit(field: &'static str, value: &str) -> Result<u64, ParameterError> {
+    let invalid = |why| ParameterError::Invalid {
+        field,
+        key: INODE_LIMIT,
+        value: value.to_owned(),
+        why,
+    };
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid("must be a whole number of inodes (0: no limit)"));
+    }
+    value
+        .parse()
+        .map_err(|_| invalid("is larger than the kernel can count"))
+}
+
+fn root_mode(field: &'static str, value: &str) -> Result<u32, ParameterError> {
+    let invalid = |why| ParameterError::Invalid {
+        field,
+        key: ROOT_MODE,
+        value: value.to_owned(),
+        why,
+    };
+    let digits = value.strip_prefix("0o").unwrap_or(value);
+    if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return Err(invalid("must be octal permission bits, such as 0770 or 2775"));
+    }
+    let mode = u32::from_str_radix(digits, 8).map_err(|_| invalid("is not octal"))?;
+    if mode & !MODE_BITS != 0 {
+        return Err(invalid("has bits beyond 07777"));
+    }
+    Ok(mode)
+}
+
+impl Attributes {
+    /// `mutable_parameters`: every key must be ours.
+    pub fn from_mutable(map: &HashMap<String, String>) -> Result<Self, ParameterError> {
+        Self::parse("mutable_parameters", map, true)
+    }
+
+    /// A StorageClass's `parameters`: our keys are checked, any other key is left alone (the
+    /// external-provisioner adds its own, such as the PVC's name with `--extra-create-metadata`).
+    pub fn from_parameters(map: &HashMap<String, String>) -> Result<Self, ParameterError> {
+        Self::parse("parameters", map, false)
+    }
+
+    fn parse(
+        field: &'static str,
+        map: &HashMap<String, String>,
+        strict: bool,
+    ) -> Result<Self, ParameterError> {
+        let mut attributes = Self::default();
+        // In key order, so the first error named is the same on every call.
+        let mut keys: Vec<&String> = map.keys().collect();
+        keys.sort();
+        for key in keys {
+            let value = map[key].as_str();
+            match key.as_str() {
+                INODE_LIMIT => attributes.inode_limit = Some(inode_limit(field, value)?),
+                ROOT_MODE => attributes.root_mode = Some(root_mode(field, value)?),
+                _ if strict => {
+                    return Err(ParameterError::Unknown {
+                        field,
+                        key: key.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(attributes)
+    }
+
+    /// These attributes with the ones `change` sets (and only those) replaced.
+    pub fn with(self, change: Attributes) -> Self {
+        Self {
+            inode_limit: change.inode_limit.or(self.inode_limit),
+            root_mode: change.root_mode.or(self.root_mode),
+        }
+    }
+
+    /// Whether every attribute `wanted` sets has that value here.
+    pub fn agrees_with(&self, wanted: &Attributes) -> bool {
+        self.with(*wanted) == *self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The hard inode limit for the volume's project; 0: none.
+    pub fn inodes(&self) -> u64 {
+        self.inode_limit.unwrap_or(0)
+    }
+
+    /// As the CO gave them, for ValidateVolumeCapabilities and log lines.
+    pub fn to_map(self) -> HashMap<String, String> {
+        let mut map = HashMap::new();
+        if let Some(limit) = self.inode_limit {
+            map.insert(INODE_LIMIT.to_owned(), limit.to_string());
+        }
+        if let Some(mode) = self.root_mode {
+            map.insert(ROOT_MODE.to_owned(), format!("{mode:04o}"));
+        }
+        map
+    }
+
+    /// In a volume record: numbers, under the parameters' own names.
+    pub fn to_json(self) -> Value {
+        let mut value = json!({});
+        if let Some(limit) = self.inode_limit {
+            value[INODE_LIMIT] = limit.into();
+        }
+        if let Some(mode) = self.root_mode {
+            value[ROOT_MODE] = mode.into();
+        }
+        value
+    }
+
+    /// `None` for a malformed value; a record without attributes has the defaults.
+    pub fn from_json(value: Option<&Value>) -> Option<Self> {
+        let Some(value) = value else {
+            return Some(Self::default());
+        };
+        let number = |key| match value.get(key) {
+            None => Some(None),
+            Some(n) => n.as_u64().map(Some),
+        };
+        let root_mode = match number(ROOT_MODE)? {
+            Some(mode) if mode > u64::from(MODE_BITS) => return None,
+            mode => mode.map(|m| m as u32),
+        };
+        Some(Self {
+            inode_limit: number(INODE_LIMIT)?,
+            root_mode,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn both_keys_are_read_and_an_unknown_key_is_refused_only_in_mutable_parameters() {
+        let given = map(&[("inodeLimit", "1000"), ("rootMode", "0770")]);
+        let expected = Attributes {
+            inode_limit: Some(1000),
+            root_mode: Some(0o770),
+        };
+        assert_eq!(Attributes::from_mutable(&given), Ok(expected));
+        let fake = map(&[("XXX_FakeKey", "XXX_FakeValue")]);
+        let err = Attributes::from_mutable(&fake).unwrap_err();
+        assert!(matches!(err, ParameterError::Unknown { .. }), "{err}");
+        assert!(err.to_string().contains("inodeLimit, rootMode"), "{err}");
+        let provisioner = map(&[("csi.storage.k8s.io/pvc/name", "data"), ("rootMode", "755")]);
+        let from_class = Attributes::from_parameters(&provisioner).unwrap();
+        assert_eq!(from_class.root_mode, Some(0o755));
+    }
+
+    #[test]
+    fn malformed_values_are_refused_naming_the_key_and_the_value() {
+        for (key, value) in [
+            ("inodeLimit", "-1"),
+            ("inodeLimit", "1e6"),
+            ("inodeLimit", ""),
+            ("inodeLimit", "99999999999999999999999"),
+            ("rootMode", "0778"),
+            ("rootMode", "rwxr-x---"),
+            ("rootMode", "17777"),
+            ("rootMode", ""),
+        ] {
+            let err = Attributes::from_mutable(&map(&[(key, value)])).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(key) && text.contains(value), "{text}");
+        }
+        let mode = Attributes::from_mutable(&map(&[("rootMode", "0o2775")])).unwrap();
+        assert_eq!(mode.root_mode, Some(0o2775));
+    }
+
+    #[test]
+    fn a_change_replaces_only_the_attributes_it_names() {
+        let now = Attributes {
+            inode_limit: Some(10),
+            root_mode: Some(0o700),
+        };
+        let change = Attributes {
+            root_mode: Some(0o750),
+            ..Default::default()
+        };
+        let after = now.with(change);
+        assert_eq!(after.inode_limit, Some(10));
+        assert_eq!(after.root_mode, Some(0o750));
+        assert!(after.agrees_with(&change));
+        assert!(!now.agrees_with(&change));
+        assert!(now.agrees_with(&Attributes::default()));
+    }
+
+    #[test]
+    fn attributes_round_trip_through_a_record_and_absent_ones_stay_absent() {
+        let full = Attributes {
+            inode_limit: Some(0),
+            root_mode: Some(0o2770),
+        };
+        assert_eq!(Attributes::from_json(Some(&full.to_json())), Some(full));
+        let none = Attributes::default();
+        assert_eq!(Attributes::from_json(Some(&none.to_json())), Some(none));
+        assert_eq!(Attributes::from_json(None), Some(none));
+        let bad = json!({ "rootMode": 0o17777 });
+        assert_eq!(Attributes::from_json(Some(&bad)), None);
+        assert_eq!(full.to_map()["rootMode"], "2770");
+    }
+}
