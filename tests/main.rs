@@ -26,6 +26,7 @@ mod node_server_concurrency;
 mod node_server_controller_errors;
 mod node_server_group_snapshots;
 mod node_server_lifecycle;
+mod node_server_modify;
 mod node_server_mount_table;
 mod node_server_node_errors;
 mod node_server_oversize_requests;

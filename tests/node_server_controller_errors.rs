@@ -334,7 +334,7 @@ async fn identity_and_node_info_describe_the_driver_and_pin_volumes_to_this_node
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 8);
+    assert_eq!(caps.capabilities.len(), 9);
     let publish = ControllerPublishVolumeRequest::default();
     assert_eq!(
         code(csi.controller.controller_publish_volume(publish).await),

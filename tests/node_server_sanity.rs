@@ -11,12 +11,13 @@
 //! created, newest first (a volume unpublished and unstaged first, NOT_FOUND tolerated), then
 //! removes both directories, which must be empty and unmounted again.
 //!
-//! Two suites: csi-test v5.4's specs against a server with the default flags (75 of its 96
-//! apply to what we advertise, one of them pending upstream), and the GetSnapshot specs csi-test
-//! v5.5 added, against a server started with `--advertise-get-snapshot` (v5.4 fails on that
-//! capability). Not re-enacted, because we do not advertise them and csi-sanity skips them
-//! too: ControllerPublish and the "volume lifecycle" built on it, ControllerGetVolume,
-//! ModifyVolume, and block access (`--csi.testvolumeaccesstype=block`).
+//! Two suites: csi-test v5.4's specs against a server with the default flags (83 of its 96
+//! apply to what we advertise, one of them pending upstream), run as with a
+//! `--csi.testvolumemutableparameters` file holding `rootMode: "0770"`, and the GetSnapshot
+//! specs csi-test v5.5 added, against a server started with `--advertise-get-snapshot` (v5.4
+//! fails on that capability). Not re-enacted, because we do not advertise them and csi-sanity
+//! skips them too: ControllerPublish and the "volume lifecycle" built on it,
+//! ControllerGetVolume, and block access (`--csi.testvolumeaccesstype=block`).
 
 use crate::common;
 
@@ -118,6 +119,15 @@ sanity_specs! {
     create_volume_fails_with_not_found_for_a_missing_source_snapshot;
     create_volume_from_an_existing_source_volume_succeeds;
     create_volume_fails_with_not_found_for_a_missing_source_volume;
+    // Controller Service: mutable parameters (with a --csi.testvolumemutableparameters file)
+    create_volume_with_a_volume_attribute_class_succeeds;
+    create_volume_with_an_invalid_volume_attribute_class_fails_with_invalid_argument;
+    modify_volume_fails_without_a_volume_id;
+    modify_volume_fails_with_not_found_for_an_unknown_volume;
+    modify_volume_fails_for_mutable_parameters_the_volume_does_not_support;
+    modify_volume_of_a_volume_created_without_a_volume_attribute_class_succeeds;
+    modify_volume_of_a_volume_created_with_a_volume_attribute_class_succeeds;
+    modify_volume_of_a_volume_created_with_a_volume_attribute_class_fails_for_unsupported_new_parameters;
     create_snapshot_fails_without_a_name;
     create_snapshot_fails_without_a_source_volume_id;
     create_snapshot_with_an_existing_name_and_the_same_source_returns_it_again;
@@ -184,6 +194,8 @@ sanity_specs! {
 mod controller;
 #[path = "node_server_sanity/group.rs"]
 mod group;
+#[path = "node_server_sanity/modify.rs"]
+mod modify;
 #[path = "node_server_sanity/node.rs"]
 mod node;
 #[path = "node_server_sanity/snapshots.rs"]
@@ -191,6 +203,7 @@ mod snapshots;
 mod spec {
     pub use super::controller::*;
     pub use super::group::*;
+    pub use super::modify::*;
     pub use super::node::*;
     pub use super::snapshots::*;
 }

@@ -72,7 +72,9 @@ fn root_mode(field: &'static str, value: &str) -> Result<u32, ParameterError> {
     let digits = value.strip_prefix("0o").unwrap_or(value);
     if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
     {
-        return Err(invalid("must be octal permission bits, such as 0770 or 2775"));
+        return Err(invalid(
+            "must be octal permission bits, such as 0770 or 2775",
+        ));
     }
     let mode = u32::from_str_radix(digits, 8).map_err(|_| invalid("is not octal"))?;
     if mode & !MODE_BITS != 0 {

@@ -119,7 +119,7 @@ pub async fn controller_capabilities(s: &mut Sanity, known: &[Type]) -> Vec<Type
 
 /// What the controller advertises by default, in the enum's order; with
 /// `--advertise-get-snapshot`, GET_SNAPSHOT too.
-pub const ADVERTISED: [Type; 8] = [
+pub const ADVERTISED: [Type; 9] = [
     Type::CreateDeleteVolume,
     Type::ListVolumes,
     Type::GetCapacity,
@@ -128,6 +128,7 @@ pub const ADVERTISED: [Type; 8] = [
     Type::CloneVolume,
     Type::ExpandVolume,
     Type::SingleNodeMultiWriter,
+    Type::ModifyVolume,
 ];
 
 /// The capabilities as a set, in the enum's order (csi-sanity does not care for the order).

@@ -21,6 +21,11 @@ pub const MAX_NAME_LENGTH: usize = 128;
 pub const IDEMPOTENT_COUNT: usize = 10;
 /// csi-sanity's `GenerateInvalidVolumeID`.
 pub const INVALID_VOLUME_ID: &str = "fake-vol-id";
+/// What our `--csi.testvolumemutableparameters` file holds (`rootMode: "0770"`): a mutable
+/// parameter every node can apply, with or without project quotas.
+pub const MUTABLE_PARAMETERS: [(&str, &str); 1] = [("rootMode", "0770")];
+/// The parameter csi-sanity's unsupported-parameter specs send.
+pub const FAKE_MUTABLE_PARAMETER: (&str, &str) = ("XXX_FakeKey", "XXX_FakeValue");
 
 /// Sixteen random hex digits (std's randomly keyed hasher).
 pub fn random_hex() -> String {
@@ -50,6 +55,8 @@ pub struct Sanity {
     pub staging: PathBuf,
     /// `--csi.testvolumesize`.
     pub size: i64,
+    /// `--csi.testvolumemutableparameters` (`TestVolumeMutableParameters`).
+    pub mutable_parameters: std::collections::HashMap<String, String>,
     /// What to clean up after the spec, newest last; created twice is listed twice.
     resources: Vec<Resource>,
     /// `UniqueString`'s suffix, one per run.
@@ -63,6 +70,9 @@ impl Sanity {
             mount_dir: sandbox.path().join("csi-mount"),
             staging: sandbox.path().join("csi-staging"),
             size,
+            mutable_parameters: (MUTABLE_PARAMETERS.iter())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             resources: Vec::new(),
             suffix: format!("-{}", random_hex()),
         }
@@ -138,6 +148,15 @@ impl Sanity {
                 limit_bytes: self.size,
             }),
             ..create_request(name, 0)
+        }
+    }
+
+    /// `MakeModifyVolumeReq`: the configured mutable parameters.
+    pub fn modify_request(&self, id: &str) -> ControllerModifyVolumeRequest {
+        ControllerModifyVolumeRequest {
+            volume_id: id.into(),
+            mutable_parameters: self.mutable_parameters.clone(),
+            ..Default::default()
         }
     }
 
