@@ -13,6 +13,7 @@ mod cases;
 mod enforce;
 mod fixtures;
 mod lifecycle;
+mod modify;
 mod served;
 mod through_grpc;
 mod vm;

@@ -8,6 +8,7 @@ use csi_nodekit::node_server::quota::{FsKind, Limits, PROJECT_IDS, QuotaFs};
 use super::enforce::*;
 use super::fixtures::{Prep, TestFs};
 use super::lifecycle::*;
+use super::modify::*;
 use super::through_grpc::*;
 
 pub const MIB: u64 = 1 << 20;
@@ -44,6 +45,7 @@ const GENERIC: &[(&str, Case)] = cases![
     node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees_them,
     an_ephemeral_inline_volume_with_a_size_is_held_to_it,
     node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_why,
+    node_server_holds_a_volume_to_its_inode_limit_and_modify_volume_changes_it_live,
     measure_create_and_delete_through_grpc_quotad_against_plain,
     restores_and_clones_get_a_project_of_their_own_and_are_held_to_their_size,
 ];
