@@ -56,6 +56,10 @@ impl Mounter for GateMounter {
         LinuxMounter.bind(source, target, options)
     }
 
+    fn bind_file(&self, source: &Path, target: &Path, readonly: bool) -> Result<(), MountError> {
+        LinuxMounter.bind_file(source, target, readonly)
+    }
+
     fn unmount(&self, target: &Path) -> Result<(), MountError> {
         LinuxMounter.unmount(target)
     }

@@ -8,6 +8,13 @@
 //! - `rootMode`: the permission bits of the volume's root directory, octal (`0770`, `2775`;
 //!   the default `0777` lets pods of any user write, like an emptyDir). Applied by `chmod` at
 //!   once, to a published volume too.
+//! - `directIO` (block volumes only): `true` (the default) or `false`, whether the volume's
+//!   loop devices bypass the page cache for their file (`LOOP_SET_DIRECT_IO`), switched on
+//!   the attached devices at once. `true` holds where the filesystem under the state
+//!   directory allows it (not tmpfs); elsewhere the devices stay buffered.
+//!
+//! The first two apply to filesystem volumes, the last to block volumes; a key that does not
+//! apply to the volume is refused.
 //!
 //! Only the keys given change anything (the CSI rule: absence of a key never modifies).
 
@@ -17,14 +24,16 @@ use serde_json::{Value, json};
 
 pub const INODE_LIMIT: &str = "inodeLimit";
 pub const ROOT_MODE: &str = "rootMode";
+pub const DIRECT_IO: &str = "directIO";
 /// Every key a VolumeAttributesClass may use, for error messages.
-pub const KEYS: [&str; 2] = [INODE_LIMIT, ROOT_MODE];
+pub const KEYS: [&str; 3] = [INODE_LIMIT, ROOT_MODE, DIRECT_IO];
 
 /// A volume's attributes; `None`: never set, the default holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attributes {
     pub inode_limit: Option<u64>,
     pub root_mode: Option<u32>,
+    pub direct_io: Option<bool>,
 }
 
 /// A parameter node-server cannot apply.
@@ -83,6 +92,19 @@ fn root_mode(field: &'static str, value: &str) -> Result<u32, ParameterError> {
     Ok(mode)
 }
 
+fn direct_io(field: &'static str, value: &str) -> Result<bool, ParameterError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ParameterError::Invalid {
+            field,
+            key: DIRECT_IO,
+            value: value.to_owned(),
+            why: "must be true or false",
+        }),
+    }
+}
+
 impl Attributes {
     /// `mutable_parameters`: every key must be ours.
     pub fn from_mutable(map: &HashMap<String, String>) -> Result<Self, ParameterError> {
@@ -109,6 +131,7 @@ impl Attributes {
             match key.as_str() {
                 INODE_LIMIT => attributes.inode_limit = Some(inode_limit(field, value)?),
                 ROOT_MODE => attributes.root_mode = Some(root_mode(field, value)?),
+                DIRECT_IO => attributes.direct_io = Some(direct_io(field, value)?),
                 _ if strict => {
                     return Err(ParameterError::Unknown {
                         field,
@@ -126,6 +149,7 @@ impl Attributes {
         Self {
             inode_limit: change.inode_limit.or(self.inode_limit),
             root_mode: change.root_mode.or(self.root_mode),
+            direct_io: change.direct_io.or(self.direct_io),
         }
     }
 
@@ -152,6 +176,9 @@ impl Attributes {
         if let Some(mode) = self.root_mode {
             map.insert(ROOT_MODE.to_owned(), format!("{mode:04o}"));
         }
+        if let Some(on) = self.direct_io {
+            map.insert(DIRECT_IO.to_owned(), on.to_string());
+        }
         map
     }
 
@@ -163,6 +190,9 @@ impl Attributes {
         }
         if let Some(mode) = self.root_mode {
             value[ROOT_MODE] = mode.into();
+        }
+        if let Some(on) = self.direct_io {
+            value[DIRECT_IO] = on.into();
         }
         value
     }
@@ -180,9 +210,14 @@ impl Attributes {
             Some(mode) if mode > u64::from(MODE_BITS) => return None,
             mode => mode.map(|m| m as u32),
         };
+        let direct_io = match value.get(DIRECT_IO) {
+            None => None,
+            Some(on) => Some(on.as_bool()?),
+        };
         Some(Self {
             inode_limit: number(INODE_LIMIT)?,
             root_mode,
+            direct_io,
         })
     }
 }
@@ -200,16 +235,24 @@ mod tests {
 
     #[test]
     fn both_keys_are_read_and_an_unknown_key_is_refused_only_in_mutable_parameters() {
-        let given = map(&[("inodeLimit", "1000"), ("rootMode", "0770")]);
+        let given = map(&[
+            ("inodeLimit", "1000"),
+            ("rootMode", "0770"),
+            ("directIO", "false"),
+        ]);
         let expected = Attributes {
             inode_limit: Some(1000),
             root_mode: Some(0o770),
+            direct_io: Some(false),
         };
         assert_eq!(Attributes::from_mutable(&given), Ok(expected));
         let fake = map(&[("XXX_FakeKey", "XXX_FakeValue")]);
         let err = Attributes::from_mutable(&fake).unwrap_err();
         assert!(matches!(err, ParameterError::Unknown { .. }), "{err}");
-        assert!(err.to_string().contains("inodeLimit, rootMode"), "{err}");
+        assert!(
+            err.to_string().contains("inodeLimit, rootMode, directIO"),
+            "{err}"
+        );
         let provisioner = map(&[("csi.storage.k8s.io/pvc/name", "data"), ("rootMode", "755")]);
         let from_class = Attributes::from_parameters(&provisioner).unwrap();
         assert_eq!(from_class.root_mode, Some(0o755));
@@ -226,6 +269,7 @@ mod tests {
             ("rootMode", "rwxr-x---"),
             ("rootMode", "17777"),
             ("rootMode", ""),
+            ("directIO", "yes"),
         ] {
             let err = Attributes::from_mutable(&map(&[(key, value)])).unwrap_err();
             let text = err.to_string();
@@ -240,6 +284,7 @@ mod tests {
         let now = Attributes {
             inode_limit: Some(10),
             root_mode: Some(0o700),
+            direct_io: None,
         };
         let change = Attributes {
             root_mode: Some(0o750),
@@ -258,6 +303,7 @@ mod tests {
         let full = Attributes {
             inode_limit: Some(0),
             root_mode: Some(0o2770),
+            direct_io: Some(true),
         };
         assert_eq!(Attributes::from_json(Some(&full.to_json())), Some(full));
         let none = Attributes::default();

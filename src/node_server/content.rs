@@ -9,11 +9,13 @@
 
 use std::path::{Path, PathBuf};
 
+use super::block::IMAGE;
 use super::copy::{self, Options, SkipReason};
 use super::driver::Driver;
 use super::error::ControllerError;
+use super::loopdev;
 use super::sources::{Reading, snapshot_key, volume_key};
-use super::volumes::ContentSource;
+use super::volumes::{ContentSource, VolumeError};
 
 /// A content source, found and held.
 pub struct Content {
@@ -21,6 +23,8 @@ pub struct Content {
     dir: PathBuf,
     /// The least size a volume made from it may have.
     pub size: u64,
+    /// A block volume's (or its snapshot's): its tree is the volume's file.
+    pub block: bool,
     _reading: Reading,
 }
 
@@ -42,6 +46,7 @@ impl Driver {
                 Ok(Content {
                     dir: self.snapshots.path_of(id),
                     size: snapshot.size,
+                    block: snapshot.block,
                     _reading: reading,
                 })
             }
@@ -51,13 +56,49 @@ impl Driver {
                     .volumes
                     .get(id)
                     .ok_or_else(|| not_found("volume", id))?;
+                if volume.block {
+                    self.flush_block(&volume)?;
+                }
                 Ok(Content {
                     dir: self.volumes.path_of(id),
                     size: volume.capacity,
+                    block: volume.block,
                     _reading: reading,
                 })
             }
         }
+    }
+}
+
+impl Driver {
+    /// A new block volume's directory: private (only node-server reaches the file), holding
+    /// the file — the source's, copied with reflinks where the filesystem shares extents and
+    /// sparse elsewhere, then grown to `capacity` — or a new sparse one of exactly `capacity`.
+    pub(super) fn fill_block(
+        &self,
+        dir: &Path,
+        content: Option<&Content>,
+        capacity: u64,
+    ) -> Result<(), ControllerError> {
+        use std::os::unix::fs::PermissionsExt;
+        let image = dir.join(IMAGE);
+        match content {
+            Some(content) => {
+                content.fill(dir)?;
+                loopdev::grow_backing_file(&image, capacity)?;
+            }
+            None => {
+                loopdev::create_backing_file(&image, capacity)?;
+            }
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(
+            |source| VolumeError::Io {
+                op: "set the mode of",
+                path: dir.to_owned(),
+                source,
+            },
+        )?;
+        Ok(())
     }
 }
 

@@ -43,11 +43,16 @@ fn status(error: ControllerError) -> Status {
         // "Source does not exist" too.
         E::Volume(V::NotFound { .. }) | E::SourceNotFound { .. } => Code::NotFound,
         // "Volume already exists but is incompatible" (size, content source or attributes).
-        E::NameTaken { .. } | E::OtherSource { .. } | E::OtherAttributes { .. } => {
-            Code::AlreadyExists
+        E::NameTaken { .. }
+        | E::OtherSource { .. }
+        | E::OtherAttributes { .. }
+        | E::OtherAccessType { .. } => Code::AlreadyExists,
+        // ModifyVolume's "parameters not supported" and "exceeds capabilities"; CreateVolume's
+        // "source incompatible".
+        E::Parameter(_) | E::CannotApply { .. } | E::SourceAccessType { .. } => {
+            Code::InvalidArgument
         }
-        // ModifyVolume's "parameters not supported" and "exceeds capabilities".
-        E::Parameter(_) | E::CannotApply { .. } => Code::InvalidArgument,
+        E::BlockSize { .. } => Code::OutOfRange,
         // DeleteVolume of a volume that is still mounted.
         E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
@@ -65,6 +70,7 @@ fn status(error: ControllerError) -> Status {
         E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
         | E::Mount(_)
         | E::Worker(_)
+        | E::Loop(_)
         | E::Copy(_) => Code::Internal,
     };
     Status::new(code, error.to_string())
@@ -80,13 +86,16 @@ fn rpc(kind: controller_service_capability::rpc::Type) -> ControllerServiceCapab
     }
 }
 
-fn no_block(caps: &[validate::Capability]) -> Result<(), Status> {
-    if caps.iter().any(|c| c.block) {
+/// The access type all of a request's capabilities ask for: `true` for block. A volume is a
+/// directory or a device, never both.
+fn access_type(caps: &[validate::Capability]) -> Result<bool, Status> {
+    let block = caps.iter().any(|c| c.block);
+    if block && caps.iter().any(|c| !c.block) {
         return Err(Status::invalid_argument(
-            "block access is not supported: volumes are directories",
+            "volume_capabilities ask for both block and mount access; a volume is one or the other",
         ));
     }
-    Ok(())
+    Ok(block)
 }
 
 /// A content source, checked: a snapshot or volume ID, whichever it names.
@@ -126,7 +135,7 @@ impl Controller for ControllerService {
         let req = request.into_inner();
         req.check_sizes()?;
         let name = validate::name(&req.name)?.to_owned();
-        no_block(&validate::capabilities(&req.volume_capabilities)?)?;
+        let block = access_type(&validate::capabilities(&req.volume_capabilities)?)?;
         let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
         let source = (req.volume_content_source.as_ref())
             .map(content_source)
@@ -148,8 +157,9 @@ impl Controller for ControllerService {
         }
         // Names may contain anything; "name/" keys cannot collide with volume IDs.
         let key = format!("name/{name}");
-        let work =
-            move |d: &Driver| Ok(d.volume(&d.create(&name, required, limit, source, attributes)?));
+        let work = move |d: &Driver| {
+            Ok(d.volume(&d.create(&name, required, limit, source, attributes, block)?))
+        };
         let volume = driver.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
@@ -181,11 +191,20 @@ impl Controller for ControllerService {
         let id = validate::volume_id(&req.volume_id)?;
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
-        self.0.volumes.known(id).map_err(|e| status(e.into()))?;
+        let record = self.0.volumes.known(id).map_err(|e| status(e.into()))?;
+        let kind = access_type(&caps).and_then(|block| match block == record.block {
+            true => Ok(()),
+            false if record.block => Err(Status::invalid_argument(format!(
+                "volume {id} is a block volume, not a mount volume"
+            ))),
+            false => Err(Status::invalid_argument(format!(
+                "volume {id} is a mount volume, not a block volume"
+            ))),
+        });
         let attributes = Attributes::from_parameters(&req.parameters)
             .and_then(|_| Attributes::from_mutable(&req.mutable_parameters))
             .map_err(|e| Status::invalid_argument(e.to_string()));
-        let reply = match no_block(&caps).and(attributes) {
+        let reply = match kind.and(attributes) {
             Ok(_) => ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(Confirmed {
                     volume_context: req.volume_context,
@@ -234,7 +253,7 @@ impl Controller for ControllerService {
         log::trace!("GetCapacity");
         let usable = (req.volume_capabilities.is_empty()
             || validate::capabilities(&req.volume_capabilities)
-                .and_then(|caps| no_block(&caps))
+                .and_then(|caps| access_type(&caps))
                 .is_ok())
             && req
                 .accessible_topology
@@ -294,16 +313,17 @@ impl Controller for ControllerService {
             .ok_or_else(|| Status::invalid_argument("capacity_range is required"))?;
         let (required, limit) = validate::capacity_range(Some(range))?;
         if let Some(cap) = &req.volume_capability {
-            no_block(&[validate::capability(Some(cap))?])?;
+            validate::capability(Some(cap))?;
         }
         log::trace!("ControllerExpandVolume volume={id} required={required} limit={limit}");
         let key = id.clone();
         let work = move |d: &Driver| d.expand(&id, required, limit);
-        let capacity = self.0.locked(&key, work).await.map_err(status)?;
+        let (capacity, on_node) = self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
-            // A directory has no filesystem to grow on the node.
-            node_expansion_required: false,
+            // A directory has no filesystem to grow on the node; a block volume's loop
+            // devices must be told the file's new size.
+            node_expansion_required: on_node,
         }))
     }
 

@@ -47,6 +47,7 @@ pub fn status(error: SnapshotError) -> Status {
         )
         | E::Copy { .. }
         | E::Remove(_)
+        | E::Flush(_)
         | E::Store(_)
         | E::Worker(_) => Code::Internal,
     };

@@ -6,16 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::attributes::Attributes;
 use super::ephemeral;
-use super::error::{ControllerError, NodeError, SnapshotError, WorkerError};
+use super::error::{NodeError, SnapshotError, WorkerError, access_name};
 use super::mount::{MountOptions, Mounter};
 use super::publish::{self, Publication};
 use super::snapshots::Snapshots;
-use super::sources::{Sources, volume_key};
+use super::sources::Sources;
 use super::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
 use super::volumes::{ContentSource, Record, VolumeError, Volumes};
-use super::{Config, ConfigError, capacity, validate};
+use super::{Config, ConfigError, validate};
 use crate::proto::csi::{Topology, Volume, VolumeContentSource, volume_content_source};
 
 /// State shared by the Node, Controller and Identity services.
@@ -63,6 +62,8 @@ pub struct PublishRequest {
     pub group: Option<u32>,
     /// The volume context of an ephemeral inline volume.
     pub ephemeral: Option<std::collections::HashMap<String, String>>,
+    /// Block access: the device at a target file, not a directory.
+    pub block: bool,
 }
 
 /// What NodeGetVolumeStats reports: the filesystem's figures (if the directory is there),
@@ -73,6 +74,8 @@ pub struct Stats {
     /// `None` when the directory is missing.
     pub hold: Option<Hold>,
     pub abnormal: Option<String>,
+    /// A block volume's size: all there is to report of a device.
+    pub block_capacity: Option<u64>,
 }
 
 impl Driver {
@@ -207,9 +210,14 @@ impl Driver {
         staging: &Path,
         options: MountOptions,
         group: Option<u32>,
+        block: bool,
     ) -> Result<(), NodeError> {
-        self.volumes.known(id)?;
+        let record = self.volumes.known(id)?;
         let staging = self.existing_mount_point("staging_target_path", staging)?;
+        access(&record, block)?;
+        if record.block {
+            return self.stage_block(&record);
+        }
         if let Some(gid) = group {
             self.volumes.set_group(id, gid)?;
         }
@@ -225,8 +233,11 @@ impl Driver {
         let Some(staging) = self.mount_point(field, staging)? else {
             return Ok(());
         };
-        if self.volumes.get(id).is_none() {
+        let Some(record) = self.volumes.get(id) else {
             return self.unknown_volume_at(id, field, &staging, false);
+        };
+        if record.block {
+            return self.unstage_block(&record);
         }
         let dir = self.volumes.path_of(id);
         if publish::unmount_volume(&*self.mounter, field, &staging, &dir)? {
@@ -237,8 +248,19 @@ impl Driver {
 
     pub fn publish(&self, req: &PublishRequest) -> Result<(), NodeError> {
         let id = &req.id;
-        if req.ephemeral.is_none() {
-            self.volumes.known(id)?;
+        let record = match &req.ephemeral {
+            None => Some(self.volumes.known(id)?),
+            Some(_) if req.block => {
+                return Err(NodeError::AccessType {
+                    id: id.clone(),
+                    is: "mount (an ephemeral inline)",
+                    asked: "block",
+                });
+            }
+            Some(_) => None,
+        };
+        if let Some(record) = &record {
+            access(record, req.block)?;
         }
         let target = self.existing_mount_point("target_path", &req.target)?;
         let staging = match &req.staging {
@@ -257,6 +279,20 @@ impl Driver {
                 target,
                 staging: staging.clone(),
             });
+        }
+        if let Some(record) = record.as_ref().filter(|r| r.block) {
+            let options = &req.options;
+            let done = self.publish_block(
+                record,
+                staging.as_deref(),
+                &target,
+                options.readonly,
+                req.exclusive,
+            )?;
+            if done {
+                log::debug!("published block volume {id} at {}", target.display());
+            }
+            return Ok(());
         }
         let created = match &req.ephemeral {
             Some(context) => ephemeral::open(&self.volumes, id, context)?.1,
@@ -295,8 +331,11 @@ impl Driver {
             // No parent, so nothing can be mounted there; an ephemeral volume still goes.
             return ephemeral::remove(&self.volumes, &*self.mounter, id);
         };
-        if self.volumes.get(id).is_none() {
+        let Some(record) = self.volumes.get(id) else {
             return self.unknown_volume_at(id, field, &target, true);
+        };
+        if record.block {
+            return self.unpublish_block(&record, &target);
         }
         let dir = self.volumes.path_of(id);
         if publish::unmount_volume(&*self.mounter, field, &target, &dir)? {
@@ -331,6 +370,9 @@ impl Driver {
     pub fn stats(&self, id: &str, volume_path: &str) -> Result<Stats, NodeError> {
         let record = self.volumes.known(id)?;
         let path = existing_path(volume_path)?;
+        if record.block {
+            return self.block_stats(&record, &path);
+        }
         let dir = self.volumes.path_of(id);
         let table = self.mounter.mount_table()?;
         let source = table.locate(&dir).map_err(VolumeError::from)?;
@@ -356,105 +398,34 @@ impl Driver {
             statvfs,
             hold,
             abnormal,
+            block_capacity: None,
         })
     }
 
     /// NodeExpandVolume: a directory has no filesystem to grow, so the size is the one
-    /// ControllerExpandVolume already accounted; its limit is (re)applied at once.
+    /// ControllerExpandVolume already accounted; its limit is (re)applied at once. A block
+    /// volume's devices are told the size its file grew to.
     pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
         let record = self.volumes.known(id)?;
         existing_path(volume_path)?;
+        if record.block {
+            return self.expand_block_on_node(&record);
+        }
         self.volumes.apply_limit(&record)?;
         Ok(record.capacity)
     }
+}
 
-    // ---- Controller service ----
-
-    /// CreateVolume: the volume of that name if its size, content source and attributes are
-    /// the ones asked for, else a new one, restored or cloned from `source` if one is given,
-    /// with `attributes` applied.
-    pub fn create(
-        &self,
-        name: &str,
-        required: u64,
-        limit: u64,
-        source: Option<ContentSource>,
-        attributes: Attributes,
-    ) -> Result<Record, ControllerError> {
-        match self.volumes.find_name(name) {
-            Some(existing) if existing.source != source => Err(ControllerError::OtherSource {
-                name: name.to_owned(),
-            }),
-            Some(existing) if !existing.attributes.agrees_with(&attributes) => {
-                Err(ControllerError::OtherAttributes {
-                    name: name.to_owned(),
-                    existing: existing.attributes.to_map(),
-                })
-            }
-            Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
-                Ok(existing)
-            }
-            Some(existing) => Err(ControllerError::NameTaken {
-                name: name.to_owned(),
-                capacity: existing.capacity,
-            }),
-            None => {
-                self.check_attributes(&attributes, None)?;
-                let content = source.as_ref().map(|s| self.content(s)).transpose()?;
-                let source_size = content.as_ref().map(|c| c.size);
-                let capacity = capacity::size_with_source(required, limit, source_size).ok_or(
-                    ControllerError::SourceTooLarge {
-                        size: source_size.unwrap_or_default(),
-                        limit,
-                    },
-                )?;
-                let record = Record {
-                    id: self.volumes.new_id(),
-                    name: name.to_owned(),
-                    capacity,
-                    source,
-                    attributes,
-                    ..Default::default()
-                };
-                self.volumes.create_with(record.clone(), |dir| {
-                    if let Some(content) = &content {
-                        content.fill(dir)?;
-                    }
-                    // After the copy, which may have carried the source's root mode.
-                    Ok(self.volumes.apply_root_mode(&record)?)
-                })
-            }
-        }
+/// A request's access type against the volume's: the spec's "exceeds capabilities".
+fn access(record: &Record, block: bool) -> Result<(), NodeError> {
+    if record.block == block {
+        return Ok(());
     }
-
-    /// DeleteVolume: gone already is fine. Refused (ABORTED) while the volume is being copied
-    /// (a snapshot, a clone); its snapshots stay.
-    pub fn delete(&self, id: &str) -> Result<(), ControllerError> {
-        if self.volumes.get(id).is_none() {
-            return Ok(());
-        }
-        let _deleting = self.sources.delete(&volume_key(id))?;
-        let table = self.mounter.mount_table()?;
-        Ok(self.volumes.delete(id, &table)?)
-    }
-
-    /// ControllerExpandVolume: grows the accounted size to `required`, never shrinks.
-    pub fn expand(&self, id: &str, required: u64, limit: u64) -> Result<u64, ControllerError> {
-        let record = self.volumes.known(id)?;
-        if limit > 0 && record.capacity > limit {
-            return Err(ControllerError::WouldShrink {
-                id: id.to_owned(),
-                capacity: record.capacity,
-                limit,
-            });
-        }
-        if required <= record.capacity {
-            // A retry after a failed expansion: the record grew, the limit may not have.
-            self.volumes.apply_limit(&record)?;
-            return Ok(record.capacity);
-        }
-        Ok(self.volumes.resize(id, required)?.capacity)
-    }
+    Err(NodeError::AccessType {
+        id: record.id.clone(),
+        is: access_name(record.block),
+        asked: access_name(block),
+    })
 }
 
 /// A path from a stats or expand request that must exist; resolved, because mount points in

@@ -137,6 +137,9 @@ impl Driver {
         let volumes = (ids.iter())
             .map(|id| self.volumes.known(id))
             .collect::<Result<Vec<_>, _>>()?;
+        for volume in volumes.iter().filter(|v| v.block) {
+            self.flush_block(volume)?;
+        }
         let dirs: Vec<PathBuf> = ids.iter().map(|id| self.volumes.path_of(id)).collect();
         let (created, cuts) = self.snapshots.cut(&dirs)?;
         let snapshots: Vec<Snapshot> = (cuts.into_iter().zip(volumes))
@@ -148,6 +151,7 @@ impl Driver {
                 created,
                 bytes: cut.report.bytes_allocated,
                 group: None,
+                block: volume.block,
             })
             .collect();
         let bytes = snapshots

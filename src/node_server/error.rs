@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::attributes::ParameterError;
 use super::capacity::QuantityError;
 use super::copy::CopyError;
+use super::loopdev::LoopError;
 use super::mount::MountError;
 use super::publish::PublishError;
 use super::sources::SourceBusy;
@@ -67,6 +68,20 @@ pub enum NodeError {
     Mount(#[from] MountError),
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// A block capability for a filesystem volume, or the other way round.
+    #[error("volume {id} is a {is} volume; it cannot be used with {asked} access")]
+    AccessType {
+        id: String,
+        is: &'static str,
+        asked: &'static str,
+    },
+    #[error(transparent)]
+    Loop(#[from] LoopError),
+}
+
+/// "block" or "mount", for messages.
+pub fn access_name(block: bool) -> &'static str {
+    if block { "block" } else { "mount" }
 }
 
 /// A failed Controller service operation.
@@ -107,6 +122,20 @@ pub enum ControllerError {
         what: String,
         why: String,
     },
+    #[error("volume {name:?} exists with {is} access")]
+    OtherAccessType { name: String, is: &'static str },
+    /// A restore or clone whose source is of the other access type.
+    #[error("the content source is a {is} volume's; it cannot fill a {asked} volume")]
+    SourceAccessType {
+        is: &'static str,
+        asked: &'static str,
+    },
+    #[error(
+        "{size} bytes, rounded up to whole 512-byte sectors for a block volume, exceeds limit_bytes {limit}"
+    )]
+    BlockSize { size: u64, limit: u64 },
+    #[error(transparent)]
+    Loop(#[from] LoopError),
     #[error("volume {name:?} exists with other mutable parameters ({existing:?})")]
     OtherAttributes {
         name: String,
@@ -146,6 +175,8 @@ pub enum SnapshotError {
     },
     #[error("remove snapshot data: {0}")]
     Remove(CopyError),
+    #[error("flush the block volume's device before the copy: {0}")]
+    Flush(#[from] LoopError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

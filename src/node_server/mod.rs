@@ -4,7 +4,7 @@
 //!
 //! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`].
 //! - `driver` — the plugin's state and every operation the services perform; the one way to
-//!   run a locked blocking operation. `driver_snapshots` (snapshots and group snapshots) and
+//!   run a locked blocking operation. `driver_volumes` (create, delete, expand), `driver_snapshots` (snapshots and group snapshots) and
 //!   `content` (CreateVolume's restores and clones) are more of its operations.
 //! - [`identity`], `node`, `controller` (+ `controller_snapshots`), `group_controller` — one
 //!   file per CSI service (validate → act → respond), each with the table that maps its
@@ -19,7 +19,8 @@
 //! - `snapshots` — snapshot and group records, their data under `<state-dir>/snapshots/`,
 //!   start-up recovery, and `take` (cutting them with the [`copy`] engine).
 //! - `sources` — volumes and snapshots being copied from, which may not be deleted meanwhile.
-//! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table.
+//! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table; `block`, the
+//!   same for raw block volumes (a file on a [`loopdev`] device, bound onto the target file).
 //! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
 //! - [`capacity`], `ephemeral` — sizes, and inline volumes that live from publish to unpublish.
 //! - [`quota`] — project quotas by syscalls: limits, usage, the project-ID allocator, the
@@ -28,6 +29,7 @@
 //!   limit per volume, its release, and each volume's own usage for its stats.
 
 pub mod attributes;
+mod block;
 pub mod capacity;
 mod content;
 mod controller;
@@ -35,6 +37,7 @@ mod controller_snapshots;
 pub mod copy;
 mod driver;
 mod driver_snapshots;
+mod driver_volumes;
 mod ephemeral;
 pub mod error;
 pub mod field_limits;

@@ -2,7 +2,7 @@
 //! changed while it may be in use, and the check that a volume (or this node) can hold the
 //! attributes asked for, shared with CreateVolume.
 
-use super::attributes::{Attributes, INODE_LIMIT};
+use super::attributes::{Attributes, DIRECT_IO, INODE_LIMIT, ROOT_MODE};
 use super::driver::Driver;
 use super::error::ControllerError;
 use super::volumes::Record;
@@ -12,9 +12,13 @@ impl Driver {
     /// (the same change again applies the same values again). The caller holds its lock.
     pub fn modify(&self, id: &str, change: Attributes) -> Result<Record, ControllerError> {
         let record = self.volumes.known(id)?;
-        self.check_attributes(&change, Some(&record))?;
+        self.check_attributes(&change, Some(&record), record.block)?;
         let attributes = record.attributes.with(change);
-        Ok(self.volumes.set_attributes(id, attributes)?)
+        let record = self.volumes.set_attributes(id, attributes)?;
+        if record.block {
+            self.apply_direct_io(&record)?;
+        }
+        Ok(record)
     }
 
     /// Whether `wanted` can hold on `volume` (`None`: a volume about to be created here).
@@ -22,14 +26,35 @@ impl Driver {
         &self,
         wanted: &Attributes,
         volume: Option<&Record>,
+        block: bool,
     ) -> Result<(), ControllerError> {
+        let kind = if block { "block volume" } else { "volume" };
+        let what = || match volume {
+            Some(record) => format!("{kind} {}", record.id),
+            None => format!("a new {kind}"),
+        };
+        if block && (wanted.inode_limit.is_some() || wanted.root_mode.is_some()) {
+            let key = if wanted.inode_limit.is_some() {
+                INODE_LIMIT
+            } else {
+                ROOT_MODE
+            };
+            return Err(ControllerError::CannotApply {
+                key,
+                what: what(),
+                why: "a block volume is a device, with no directory or inodes of its own".into(),
+            });
+        }
+        if !block && wanted.direct_io.is_some() {
+            return Err(ControllerError::CannotApply {
+                key: DIRECT_IO,
+                what: what(),
+                why: "it is a directory; only block volumes have a loop device".into(),
+            });
+        }
         if wanted.inode_limit.is_none() {
             return Ok(());
         }
-        let what = || match volume {
-            Some(record) => format!("volume {}", record.id),
-            None => "a new volume on this node".to_owned(),
-        };
         let cannot = |why: String| ControllerError::CannotApply {
             key: INODE_LIMIT,
             what: what(),

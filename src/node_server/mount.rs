@@ -132,6 +132,9 @@ pub trait Mounter: Send + Sync {
     /// Bind-mounts directory `source` on directory `target` with `options`; on failure
     /// nothing stays mounted.
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError>;
+    /// Bind-mounts the device node (or other non-directory) `source` on the regular file
+    /// `target`, read-only if asked; on failure nothing stays mounted.
+    fn bind_file(&self, source: &Path, target: &Path, readonly: bool) -> Result<(), MountError>;
     /// Unmounts the topmost mount at `target`.
     fn unmount(&self, target: &Path) -> Result<(), MountError>;
 }
@@ -149,6 +152,19 @@ fn open_dir(path: &Path) -> std::io::Result<File> {
         .read(true)
         .custom_flags(O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC)
         .open(path)
+}
+
+/// Opens a file that is not a directory, as [`open_dir`] opens directories.
+fn open_file(path: &Path) -> std::io::Result<File> {
+    use nix::libc::{O_CLOEXEC, O_NOFOLLOW, O_PATH};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        .open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::from_raw_os_error(nix::libc::EISDIR));
+    }
+    Ok(file)
 }
 
 fn fd_path(file: &File) -> String {
@@ -207,6 +223,38 @@ impl Mounter for LinuxMounter {
                 None::<&str>,
             )
             .map_err(|e| err("remount with flags", target)(e.into()))
+        };
+        remount().inspect_err(|_| {
+            if let Err(e) = self.unmount(target) {
+                log::error!("could not undo the bind mount after a failed remount: {e}");
+            }
+        })
+    }
+
+    fn bind_file(&self, source: &Path, target: &Path, readonly: bool) -> Result<(), MountError> {
+        let from = open_file(source).map_err(err("open bind source", source))?;
+        let onto = open_file(target).map_err(err("open mount target", target))?;
+        nix::mount::mount(
+            Some(fd_path(&from).as_str()),
+            fd_path(&onto).as_str(),
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| err("bind-mount onto", target)(e.into()))?;
+        if !readonly {
+            return Ok(());
+        }
+        let remount = || -> Result<(), MountError> {
+            let mounted = open_file(target).map_err(err("open new mount", target))?;
+            nix::mount::mount(
+                None::<&str>,
+                fd_path(&mounted).as_str(),
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .map_err(|e| err("remount read-only", target)(e.into()))
         };
         remount().inspect_err(|_| {
             if let Err(e) = self.unmount(target) {
@@ -280,6 +328,26 @@ pub mod fake {
                 root: Some(from.path),
                 mount_point: target.to_owned(),
                 options: flags,
+            });
+            Ok(())
+        }
+
+        fn bind_file(
+            &self,
+            source: &Path,
+            target: &Path,
+            readonly: bool,
+        ) -> Result<(), MountError> {
+            self.calls.lock().unwrap().push(format!(
+                "bind-file {} {}",
+                source.display(),
+                target.display()
+            ));
+            self.table.lock().unwrap().push(MountEntry {
+                dev: (0, 6),
+                root: Some(PathBuf::from("/").join(source.file_name().unwrap())),
+                mount_point: target.to_owned(),
+                options: vec![if readonly { "ro" } else { "rw" }.to_owned()],
             });
             Ok(())
         }

@@ -10,6 +10,7 @@ use super::driver::{Driver, PublishRequest};
 use super::ephemeral::is_ephemeral;
 use super::error::NodeError;
 use super::field_limits::SizeLimits;
+use super::loopdev::LoopError as L;
 use super::publish::PublishError as P;
 use super::quota::QuotaError;
 use super::validate::{self, AccessMode};
@@ -37,6 +38,17 @@ fn status(error: NodeError) -> Status {
         | E::TargetNestedWithStaging { .. }
         | E::Publish(P::NoParent { .. })
         | E::EphemeralSize(_) => Code::InvalidArgument,
+        // "Exceeds capabilities": a block capability for a directory, or the other way round.
+        E::AccessType { .. } => Code::FailedPrecondition,
+        // Another driver's or an administrator's device on the file, or a node that is not
+        // a loop device: never touched.
+        E::Loop(L::ForeignDevice { .. } | L::NotOurs { .. } | L::WrongDeviceNode { .. }) => {
+            Code::FailedPrecondition
+        }
+        // Still open (a pod's container not yet gone): the CO retries.
+        E::Loop(L::Busy { .. }) => Code::Aborted,
+        E::Loop(L::NoFreeDevice { .. }) => Code::ResourceExhausted,
+        E::Loop(_) => Code::Internal,
         E::Volume(V::NotFound { .. }) | E::UnknownButMounted { .. } | E::PathNotFound { .. } => {
             Code::NotFound
         }
@@ -49,6 +61,7 @@ fn status(error: NodeError) -> Status {
         | E::Publish(
             P::Symlink { .. }
             | P::NotADirectory { .. }
+            | P::NotAFile { .. }
             | P::CreateMountPoint { .. }
             | P::NotStaged { .. }
             | P::PublishedElsewhere { .. }
@@ -162,10 +175,9 @@ impl Node for NodeService {
         let staging = validate::path("staging_target_path", &req.staging_target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
         log::trace!("NodeStageVolume volume={id} staging={}", staging.display());
-        cap.require_filesystem()?;
         let options = cap.options(false)?;
         let key = id.clone();
-        let work = move |d: &Driver| d.stage(&id, &staging, options, cap.group);
+        let work = move |d: &Driver| d.stage(&id, &staging, options, cap.group, cap.block);
         self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
@@ -222,7 +234,6 @@ impl Node for NodeService {
                 staging.display()
             )));
         }
-        cap.require_filesystem()?;
         let publish = PublishRequest {
             id: id.clone(),
             target,
@@ -232,6 +243,7 @@ impl Node for NodeService {
             exclusive: cap.mode == AccessMode::SingleNodeSingleWriter,
             group: cap.group,
             ephemeral: ephemeral.then_some(req.volume_context),
+            block: cap.block,
         };
         let work = move |d: &Driver| d.publish(&publish);
         self.0.locked(&id, work).await.map_err(status)?;
@@ -268,10 +280,12 @@ impl Node for NodeService {
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
         let work = move |d: &Driver| d.stats(&id, &req.volume_path);
         let stats = self.0.unlocked(work).await.map_err(status)?;
-        let usage = match (&stats.statvfs, &stats.hold) {
-            (Some(stat), Some(Hold::Enforced { usage, .. })) => quota_usages(usage, stat),
-            (Some(stat), _) => usages(stat),
-            (None, _) => Vec::new(),
+        let usage = match (&stats.statvfs, &stats.hold, stats.block_capacity) {
+            // A device has a size, and no used or free space of its own to tell.
+            (_, _, Some(capacity)) => vec![usage(volume_usage::Unit::Bytes, capacity, 0, 0)],
+            (Some(stat), Some(Hold::Enforced { usage, .. }), _) => quota_usages(usage, stat),
+            (Some(stat), _, _) => usages(stat),
+            (None, _, _) => Vec::new(),
         };
         Ok(Response::new(NodeGetVolumeStatsResponse {
             usage,

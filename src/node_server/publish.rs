@@ -21,6 +21,9 @@ pub enum PublishError {
     Symlink { field: &'static str, path: PathBuf },
     #[error("{field} {} exists and is not a directory", path.display())]
     NotADirectory { field: &'static str, path: PathBuf },
+    /// A block volume's target that is there already and is not a regular file.
+    #[error("target_path {} exists and is not a regular file", path.display())]
+    NotAFile { path: PathBuf },
     #[error("create {field} {}: {source}", path.display())]
     CreateMountPoint {
         field: &'static str,

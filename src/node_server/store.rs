@@ -33,6 +33,10 @@ pub struct Record {
     /// What its VolumeAttributesClass (or StorageClass, or a ControllerModifyVolume) set;
     /// absent in records from before ControllerModifyVolume, which have the defaults.
     pub attributes: Attributes,
+    /// A raw block volume: a file of exactly its capacity in its directory, attached to a loop
+    /// device while staged. `false` (absent in records written before block volumes) for a
+    /// filesystem volume, which is the directory itself.
+    pub block: bool,
 }
 
 /// CreateVolume's `volume_content_source`: a restore or a clone.
@@ -83,6 +87,9 @@ impl Record {
         if !self.attributes.is_empty() {
             value["attributes"] = self.attributes.to_json();
         }
+        if self.block {
+            value["access_type"] = "block".into();
+        }
         value
     }
 
@@ -99,6 +106,14 @@ impl Record {
             },
             source: ContentSource::from_json(value.get("content_source"))?,
             attributes: Attributes::from_json(value.get("attributes"))?,
+            block: match value.get("access_type") {
+                None => false,
+                Some(kind) => match kind.as_str()? {
+                    "block" => true,
+                    "mount" => false,
+                    _ => return None,
+                },
+            },
         })
     }
 }
@@ -296,6 +311,7 @@ mod tests {
             project_id: None,
             source: None,
             attributes: Attributes::default(),
+            block: false,
         }
     }
 
@@ -374,22 +390,28 @@ mod tests {
     }
 
     #[test]
-    fn attributes_are_kept_and_records_from_before_them_load_with_the_defaults() {
+    fn attributes_and_the_block_access_type_are_kept_and_older_records_load_with_the_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         let modified = Record {
             attributes: Attributes {
                 inode_limit: Some(5000),
                 root_mode: Some(0o750),
+                direct_io: None,
             },
             ..record("a")
         };
         store.save(&modified).unwrap();
+        let block = Record {
+            block: true,
+            ..record("c")
+        };
+        store.save(&block).unwrap();
         let old = r#"{"version":1,"id":"b","name":"pvc-b","capacity_bytes":42,"ephemeral":false}"#;
         std::fs::write(dir.path().join("b.json"), old).unwrap();
         let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
-        assert_eq!(loaded, vec![modified, record("b")]);
+        assert_eq!(loaded, vec![modified, record("b"), block]);
     }
 
     #[test]

@@ -106,7 +106,7 @@ pub fn path(field: &str, value: &str) -> Result<PathBuf, Status> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capability {
     pub mode: AccessMode,
-    /// Raw block access, which directory volumes cannot offer.
+    /// Raw block access: the volume is a device, not a directory.
     pub block: bool,
     /// The capability's own mount flags (the request's `readonly` is added by the caller).
     pub flags: Vec<String>,
@@ -119,16 +119,6 @@ impl Capability {
     pub fn options(&self, readonly: bool) -> Result<MountOptions, Status> {
         MountOptions::parse(&self.flags, readonly)
             .map_err(|e| Status::invalid_argument(e.to_string()))
-    }
-
-    /// A block capability on a node call: the spec's "exceeds capabilities".
-    pub fn require_filesystem(&self) -> Result<(), Status> {
-        if self.block {
-            return Err(Status::failed_precondition(
-                "block access is not supported: volumes are directories",
-            ));
-        }
-        Ok(())
     }
 }
 

@@ -267,7 +267,10 @@ impl Volumes {
                 }
                 .into());
             }
-            record.project_id = self.quotas.allocate().map_err(VolumeError::from)?;
+            // A block volume's file cannot outgrow its size: it needs no project.
+            if !record.block {
+                record.project_id = self.quotas.allocate().map_err(VolumeError::from)?;
+            }
             if let Err(e) = self.make_dir(&dir) {
                 self.quotas.abandon(&dir, &record);
                 return Err(e.into());
@@ -296,10 +299,11 @@ impl Volumes {
             .insert(record.id.clone(), record.clone());
         drop(reservation);
         log::info!(
-            "created volume {} ({} bytes{}{}{})",
+            "created volume {} ({} bytes{}{}{}{})",
             record.id,
             record.capacity,
             if record.ephemeral { ", ephemeral" } else { "" },
+            if record.block { ", block" } else { "" },
             record
                 .project_id
                 .map(|id| format!(", project quota {id}"))

@@ -113,6 +113,30 @@ pub fn refresh_capacity(device: LoopDevice, file: &Path) -> Result<u64, LoopErro
     ioctl::size(dev.as_fd()).map_err(errno_at("get size (BLKGETSIZE64) of", &path))
 }
 
+/// Writes what the device's page cache holds through to its file and the file to disk
+/// (`fsync` of the block device: the loop driver syncs its backing file), so a copy of the
+/// file made now has every write the device acknowledged.
+pub fn flush(device: LoopDevice) -> Result<(), LoopError> {
+    let path = device.path();
+    let dev = node::open_device(device.0, OFlag::O_RDONLY)?;
+    dev.sync_all()
+        .map_err(super::error::at("flush (fsync)", &path))
+}
+
+/// Turns direct I/O on or off on a device of ours, at once (the kernel drains its queue
+/// first). `Ok(false)`: the backing file cannot do direct I/O, and the device stays buffered.
+pub fn set_direct_io(device: LoopDevice, file: &Path, on: bool) -> Result<bool, LoopError> {
+    let identity = Identity::of(file)?;
+    let path = device.path();
+    let dev = open_ours(device, file, identity, OFlag::O_RDONLY)?
+        .ok_or_else(|| errno_at("switch direct I/O of", &path)(Errno::ENXIO))?;
+    match ioctl::set_direct_io(dev.as_fd(), on) {
+        Ok(()) => Ok(true),
+        Err(Errno::EINVAL) if on => Ok(false),
+        Err(e) => Err(errno_at("switch direct I/O (LOOP_SET_DIRECT_IO) of", &path)(e)),
+    }
+}
+
 /// The size of `device` in bytes (0 when it is not bound).
 pub fn size(device: LoopDevice) -> Result<u64, LoopError> {
     let path = device.path();

@@ -79,6 +79,7 @@ nix::ioctl_none_bad!(loop_clr_fd, 0x4C01);
 nix::ioctl_write_ptr_bad!(loop_set_status64, 0x4C04, LoopInfo64);
 nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
 nix::ioctl_none_bad!(loop_set_capacity, 0x4C07);
+nix::ioctl_write_int_bad!(loop_set_direct_io, 0x4C08);
 nix::ioctl_write_ptr_bad!(loop_configure, 0x4C0A, LoopConfig);
 nix::ioctl_none_bad!(loop_ctl_get_free, 0x4C82);
 // BLKGETSIZE64 = _IOR(0x12, 114, size_t).
@@ -110,6 +111,11 @@ pub fn set_status(device: BorrowedFd<'_>, info: &LoopInfo64) -> Result<(), Errno
 
 pub fn clear_fd(device: BorrowedFd<'_>) -> Result<(), Errno> {
     unsafe { loop_clr_fd(device.as_raw_fd()) }.map(drop)
+}
+
+/// `EINVAL`: the backing file cannot do direct I/O (tmpfs), or not at this block size.
+pub fn set_direct_io(device: BorrowedFd<'_>, on: bool) -> Result<(), Errno> {
+    unsafe { loop_set_direct_io(device.as_raw_fd(), nix::libc::c_int::from(on)) }.map(drop)
 }
 
 pub fn set_capacity(device: BorrowedFd<'_>) -> Result<(), Errno> {

@@ -37,7 +37,7 @@ use nix::fcntl::OFlag;
 
 pub use attach::{attach, find_or_attach};
 pub use backing::{create_backing_file, grow_backing_file};
-pub use detach::{detach, refresh_capacity, size};
+pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
 pub use error::LoopError;
 use error::{at, errno_at};
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
@@ -79,6 +79,12 @@ pub struct LoopDevice(pub u32);
 impl LoopDevice {
     pub fn path(self) -> PathBuf {
         node::path(self.0)
+    }
+
+    /// Its device number (`st_rdev` of its node, and of anything bind-mounted from it).
+    pub fn rdev(self) -> u64 {
+        let (major, minor) = node::number(self.0);
+        nix::libc::makedev(major, minor)
     }
 }
 

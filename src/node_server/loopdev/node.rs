@@ -28,7 +28,7 @@ fn sysfs(n: u32) -> PathBuf {
 }
 
 /// `loopN`'s device number from sysfs, else the classic `7:N`.
-fn number(n: u32) -> (u32, u32) {
+pub fn number(n: u32) -> (u32, u32) {
     std::fs::read_to_string(sysfs(n).join("dev"))
         .ok()
         .and_then(|text| {

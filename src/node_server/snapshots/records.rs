@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub bytes: u64,
     /// The group snapshot it belongs to, which alone may delete it.
     pub group: Option<String>,
+    /// Of a raw block volume (its file); absent in records from before block volumes.
+    pub block: bool,
 }
 
 /// A group snapshot: its member snapshots, one per source volume, cut together.
@@ -76,7 +78,7 @@ impl Persisted for Snapshot {
     }
 
     fn to_json(&self) -> Value {
-        json!({
+        let mut value = json!({
             "version": 1,
             "id": self.id,
             "name": self.name,
@@ -85,7 +87,11 @@ impl Persisted for Snapshot {
             "creation_time": time_to_json(self.created),
             "data_bytes": self.bytes,
             "group_snapshot_id": self.group,
-        })
+        });
+        if self.block {
+            value["access_type"] = "block".into();
+        }
+        value
     }
 
     fn from_json(value: &Value) -> Option<Self> {
@@ -101,6 +107,10 @@ impl Persisted for Snapshot {
             created: time_from_json(value.get("creation_time")?)?,
             bytes: value.get("data_bytes")?.as_u64()?,
             group,
+            block: match value.get("access_type") {
+                None => false,
+                Some(kind) => kind.as_str()? == "block",
+            },
         })
     }
 }
@@ -149,13 +159,18 @@ mod tests {
             created: (1_700_000_000, 999_999_999),
             bytes: 4096,
             group: Some("group-1".into()),
+            block: false,
         };
         let single = Snapshot {
             name: "snapshot-a".into(),
             group: None,
             ..member.clone()
         };
-        for snapshot in [member, single] {
+        let block = Snapshot {
+            block: true,
+            ..single.clone()
+        };
+        for snapshot in [member, single, block] {
             assert_eq!(Snapshot::from_json(&snapshot.to_json()), Some(snapshot));
         }
         let group = Group {

@@ -13,6 +13,7 @@ fn snapshot(id: &str, source: &str, group: Option<&str>) -> Snapshot {
         created: (1_700_000_000, 5),
         bytes: 4096,
         group: group.map(str::to_owned),
+        block: false,
     }
 }
 

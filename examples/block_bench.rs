@@ -1,0 +1,237 @@
+//! Figures for raw block volumes, printed (not asserted): NodePublish+NodeUnpublish pairs per
+//! second of block volumes at concurrency 1 and 8, each worker on its own staged volume (a
+//! sparse file on a real loop device, its device node bound onto a target file and removed
+//! again), read-write (the staged device) and read-only (a read-only loop device attached and
+//! detached with every pair); and one stage+unstage (attach, detach) for comparison.
+//!
+//! Runs the real binary (as `node_server_bench` finds it), with its state directory under
+//! `BENCH_DIR` (default: the system's temporary directory). Needs root in a private mount
+//! namespace; `scripts/bench-node-server.sh` sets that up. `BENCH_SECONDS` sets the time per
+//! level (default 3).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use csi_nodekit::proto::csi::controller_client::ControllerClient;
+use csi_nodekit::proto::csi::node_client::NodeClient;
+use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, BlockVolume};
+use csi_nodekit::proto::csi::*;
+use tonic::transport::Channel;
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+use support::{Proc, binary, mb, memory_kib};
+
+fn capability() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: volume_capability::access_mode::Mode::SingleNodeMultiWriter as i32,
+        }),
+        access_type: Some(AccessType::Block(BlockVolume {})),
+    }
+}
+
+#[derive(Clone)]
+struct Clients {
+    node: NodeClient<Channel>,
+    controller: ControllerClient<Channel>,
+}
+
+fn stage_request(id: &str, staging: &Path) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(capability()),
+        ..Default::default()
+    }
+}
+
+fn unstage_request(id: &str, staging: &Path) -> NodeUnstageVolumeRequest {
+    NodeUnstageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging.display().to_string(),
+    }
+}
+
+/// Creates and stages a 64 MiB block volume; returns its ID and staging path.
+async fn staged_volume(c: &mut Clients, dir: &Path, name: &str) -> (String, PathBuf) {
+    let request = CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 64 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![capability()],
+        ..Default::default()
+    };
+    let reply = c.controller.create_volume(request).await.expect("create");
+    let id = reply.into_inner().volume.expect("volume").volume_id;
+    let staging = dir.join(format!("staging-{name}"));
+    std::fs::create_dir_all(&staging).expect("staging dir");
+    c.node
+        .node_stage_volume(stage_request(&id, &staging))
+        .await
+        .expect("stage");
+    (id, staging)
+}
+
+async fn pair(c: &mut Clients, id: &str, staging: &Path, target: &Path, readonly: bool) {
+    let publish = NodePublishVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(capability()),
+        readonly,
+        ..Default::default()
+    };
+    c.node.node_publish_volume(publish).await.expect("publish");
+    let unpublish = NodeUnpublishVolumeRequest {
+        volume_id: id.into(),
+        target_path: target.display().to_string(),
+    };
+    c.node
+        .node_unpublish_volume(unpublish)
+        .await
+        .expect("unpublish");
+}
+
+/// `workers` loops of publish+unpublish for `seconds`; pairs/s, p50 and p99.
+async fn run_level(
+    volumes: &[(String, PathBuf)],
+    c: &Clients,
+    dir: &Path,
+    readonly: bool,
+    seconds: f64,
+) -> (f64, Duration, Duration) {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (volumes.iter().cloned().enumerate())
+        .map(|(i, (id, staging))| {
+            let mut c = c.clone();
+            let target = dir.join(format!("target-{}-{i}", volumes.len()));
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    pair(&mut c, &id, &staging, &target, readonly).await;
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("worker"));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    let at = |p: f64| all[((all.len() as f64 - 1.0) * p).round() as usize];
+    (all.len() as f64 / elapsed, at(0.5), at(0.99))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() {
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let base = std::env::var_os("BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let tmp = tempfile::tempdir_in(base).expect("temp dir");
+    let dir = tmp.path().canonicalize().expect("resolve");
+    let socket = dir.join("csi.sock");
+    let bin = binary();
+    let server = Proc(
+        Command::new(&bin)
+            .arg("node-server")
+            .arg(format!("--endpoint={}", socket.display()))
+            .arg(format!("--state-dir={}", dir.join("state").display()))
+            .arg("--node-id=bench")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start node-server"),
+    );
+    let pid = server.0.id();
+    let started = Instant::now();
+    while !socket.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no socket");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let channel = csi_nodekit::socket::connect(&socket)
+        .await
+        .expect("connect");
+    let clients = Clients {
+        node: NodeClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+    };
+    let fs = nix::sys::statfs::statfs(&dir).expect("statfs");
+    println!("block volume benchmark: {}", bin.display());
+    println!(
+        "state directory {} (filesystem magic {:#x})",
+        dir.display(),
+        fs.filesystem_type().0
+    );
+
+    let mut c = clients.clone();
+    let (id, staging) = staged_volume(&mut c, &dir, "attach").await;
+    let rounds = 20;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        c.node
+            .node_unstage_volume(unstage_request(&id, &staging))
+            .await
+            .expect("unstage");
+        c.node
+            .node_stage_volume(stage_request(&id, &staging))
+            .await
+            .expect("stage");
+    }
+    println!(
+        "stage+unstage (attach, detach a loop device): {:.2?} per pair, mean of {rounds}",
+        t.elapsed() / rounds
+    );
+    println!();
+    println!(
+        "{:<14}{:<12}{:>12}{:>12}{:>12}{:>12}",
+        "concurrency", "publish", "pairs/s", "p50", "p99", "VmRSS"
+    );
+    let mut all = vec![(id, staging)];
+    for workers in [1, 8] {
+        let volumes: Vec<_> = {
+            let mut v = Vec::new();
+            for i in 0..workers {
+                v.push(staged_volume(&mut c, &dir, &format!("c{workers}-{i}")).await);
+            }
+            v
+        };
+        for readonly in [false, true] {
+            let (rate, p50, p99) = run_level(&volumes, &clients, &dir, readonly, seconds).await;
+            println!(
+                "{:<14}{:<12}{:>12.0}{:>12.2?}{:>12.2?}{:>12}",
+                workers,
+                if readonly { "read-only" } else { "read-write" },
+                rate,
+                p50,
+                p99,
+                mb(memory_kib(pid).0)
+            );
+        }
+        all.extend(volumes);
+    }
+    for (id, staging) in &all {
+        c.node
+            .node_unstage_volume(unstage_request(id, staging))
+            .await
+            .expect("unstage");
+        let delete = DeleteVolumeRequest {
+            volume_id: id.clone(),
+            ..Default::default()
+        };
+        c.controller.delete_volume(delete).await.expect("delete");
+    }
+    drop(server);
+}
