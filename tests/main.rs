@@ -21,6 +21,8 @@ mod http_flood;
 mod logging;
 mod loop_device_safety;
 mod loop_devices;
+mod node_server_block;
+mod node_server_block_content;
 mod node_server_careless_requests;
 mod node_server_concurrency;
 mod node_server_controller_errors;

@@ -21,11 +21,14 @@ async fn create_volume_refuses_missing_and_unsupported_fields_with_exact_codes()
         ..create_request("n", 1)
     };
     assert_eq!(code(c.create_volume(no_caps).await), Code::InvalidArgument);
-    let mut block = create_request("n", 1);
-    block.volume_capabilities[0].access_type = Some(volume_capability::AccessType::Block(
+    // A volume is a directory or a device: both at once is not a volume.
+    let mut both = create_request("n", 1);
+    let mut block = both.volume_capabilities[0].clone();
+    block.access_type = Some(volume_capability::AccessType::Block(
         volume_capability::BlockVolume {},
     ));
-    assert_eq!(code(c.create_volume(block).await), Code::InvalidArgument);
+    both.volume_capabilities.push(block);
+    assert_eq!(code(c.create_volume(both).await), Code::InvalidArgument);
     let negative = create_request("n", -1);
     assert_eq!(code(c.create_volume(negative).await), Code::InvalidArgument);
     let inverted = CreateVolumeRequest {

@@ -230,6 +230,40 @@ async fn the_whole_suite_in_order_on_one_server_leaves_no_mount_directory_or_vol
     }
 }
 
+/// `--csi.testvolumeaccesstype=block`, with a `--csi.testvolumemutableparameters` file
+/// holding `directIO: "false"` (what applies to block volumes): the whole v5.4 suite again,
+/// every volume a sparse file on a real loop device, published as a device node.
+#[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_suite_in_block_mode_passes_on_real_loop_devices_and_leaves_none_attached() {
+    let (sandbox, server, csi) = sanity_server().await;
+    let state = sandbox.path().join("state");
+    let _devices = common::csi_block::DetachOnDrop(state.clone());
+    let mut s =
+        Sanity::new(&sandbox, csi, TEST_VOLUME_SIZE).in_block_mode(&[("directIO", "false")]);
+    whole_suite(&mut s).await;
+    assert_eq!(s.list_ids(0, "").await.0, Vec::<String>::new());
+    assert_eq!(s.list_snapshots(Default::default()).await, Vec::new());
+    assert_eq!(sandbox.mounts(), Vec::<PathBuf>::new());
+    let attached = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let backing = std::fs::read_to_string(entry.path().join("loop/backing_file"));
+            backing.is_ok_and(|file| file.starts_with(&*state.to_string_lossy()))
+        });
+    assert_eq!(
+        attached.count(),
+        0,
+        "no loop device is left on a volume's file"
+    );
+    for dir in ["volumes", "snapshots"] {
+        let data = std::fs::read_dir(state.join(dir)).unwrap();
+        assert_eq!(data.count(), 0, "nothing is left in {dir}");
+    }
+    server.stop().await;
+}
+
 /// The README's command, `csi-sanity --csi.endpoint=<socket> --csi.testvolumesize=1048576`,
 /// against the real binary with its default capacity (each new volume must fit in the free
 /// space; unsized ones get 1 GiB); then the v5.5 specs against it restarted with

@@ -212,6 +212,7 @@ impl Drop for KillOnDrop {
         }
     }
 }
+pub mod csi_block;
 pub mod csi_node;
 pub mod csi_snapshots;
 pub mod doctor;

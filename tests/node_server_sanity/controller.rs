@@ -186,16 +186,16 @@ pub async fn list_volumes_fails_with_aborted_on_an_invalid_starting_token(s: &mu
 
 /// CreateVolume as csi-sanity's ListVolumes specs send it: a capability and nothing else, so
 /// the volume gets our default size.
-fn unsized_request(name: &str) -> CreateVolumeRequest {
-    CreateVolumeRequest {
+fn unsized_request(s: &Sanity, name: &str) -> CreateVolumeRequest {
+    s.with_access(CreateVolumeRequest {
         capacity_range: None,
         ..create_request(name, 0)
-    }
+    })
 }
 
 pub async fn list_volumes_shows_new_volumes_and_forgets_deleted_ones(s: &mut Sanity) {
     let before = s.list_ids(0, "").await.0.len();
-    let id = s.must_create(unsized_request("sanity")).await.volume_id;
+    let id = s.must_create(unsized_request(s, "sanity")).await.volume_id;
     assert_eq!(s.list_ids(0, "").await.0.len(), before + 1);
     s.delete_volume(&id).await;
     assert_eq!(s.list_ids(0, "").await.0.len(), before);
@@ -216,7 +216,7 @@ pub async fn list_volumes_pagination_survives_volumes_added_and_the_page_deleted
         .collect();
     for i in existing.len()..min_volumes {
         let id = s
-            .must_create(unsized_request(&format!("sanity{i}")))
+            .must_create(unsized_request(s, &format!("sanity{i}")))
             .await
             .volume_id;
         existing.insert(id, true);
@@ -230,7 +230,7 @@ pub async fn list_volumes_pagination_survives_volumes_added_and_the_page_deleted
         existing.insert(id.clone(), false);
     }
     let added = s
-        .must_create(unsized_request("new-addition"))
+        .must_create(unsized_request(s, "new-addition"))
         .await
         .volume_id;
     existing.insert(added, true);
@@ -256,18 +256,18 @@ pub async fn create_volume_fails_without_volume_capabilities(s: &mut Sanity) {
 }
 
 /// CreateVolume with the test size as the only bound.
-fn sized_request(name: &str, size: i64) -> CreateVolumeRequest {
-    create_request(name, size)
+fn sized_request(s: &Sanity, name: &str, size: i64) -> CreateVolumeRequest {
+    s.with_access(create_request(name, size))
 }
 
 pub async fn create_volume_succeeds_for_a_single_node_writer_of_the_test_size(s: &mut Sanity) {
     let name = s.unique("sanity-controller-create-single-no-capacity");
-    s.must_create(sized_request(&name, s.size)).await;
+    s.must_create(sized_request(s, &name, s.size)).await;
 }
 
 pub async fn create_volume_returns_at_least_the_capacity_asked_for(s: &mut Sanity) {
     let name = s.unique("sanity-controller-create-single-with-capacity");
-    let volume = s.must_create(sized_request(&name, s.size)).await;
+    let volume = s.must_create(sized_request(s, &name, s.size)).await;
     assert!(volume.capacity_bytes >= s.size, "{}", volume.capacity_bytes);
 }
 
@@ -275,8 +275,8 @@ pub async fn create_volume_with_an_existing_name_and_the_same_capacity_returns_t
     s: &mut Sanity,
 ) {
     let name = s.unique("sanity-controller-create-twice");
-    let first = s.must_create(sized_request(&name, s.size)).await;
-    let second = s.must_create(sized_request(&name, s.size)).await;
+    let first = s.must_create(sized_request(s, &name, s.size)).await;
+    let second = s.must_create(sized_request(s, &name, s.size)).await;
     assert!(first.capacity_bytes >= s.size && second.capacity_bytes >= s.size);
     assert_eq!(first.volume_id, second.volume_id);
 }
@@ -299,7 +299,7 @@ pub async fn create_volume_with_an_existing_name_and_a_different_capacity_alread
 pub async fn create_volume_accepts_a_name_of_the_maximum_length(s: &mut Sanity) {
     let mut name = s.unique("sanity-controller-create-maxlen");
     name.extend(std::iter::repeat_n('x', MAX_NAME_LENGTH - name.len()));
-    let volume = s.must_create(sized_request(&name, s.size)).await;
+    let volume = s.must_create(sized_request(s, &name, s.size)).await;
     assert!(volume.capacity_bytes >= s.size);
 }
 
@@ -319,7 +319,10 @@ pub async fn delete_volume_succeeds_for_an_invalid_volume_id(s: &mut Sanity) {
 
 pub async fn delete_volume_deletes_a_created_volume(s: &mut Sanity) {
     let name = s.unique("sanity-controller-create-appropriate");
-    let id = s.must_create(sized_request(&name, s.size)).await.volume_id;
+    let id = s
+        .must_create(sized_request(s, &name, s.size))
+        .await
+        .volume_id;
     s.delete_volume(&id).await;
     assert!(!s.list_ids(0, "").await.0.contains(&id));
 }
@@ -342,7 +345,10 @@ pub async fn validate_volume_capabilities_fails_without_a_volume_id(s: &mut Sani
 
 pub async fn validate_volume_capabilities_fails_without_capabilities(s: &mut Sanity) {
     let name = s.unique("sanity-controller-validate-nocaps");
-    let id = s.must_create(sized_request(&name, s.size)).await.volume_id;
+    let id = s
+        .must_create(sized_request(s, &name, s.size))
+        .await
+        .volume_id;
     let reply = s
         .csi
         .controller
@@ -352,8 +358,11 @@ pub async fn validate_volume_capabilities_fails_without_capabilities(s: &mut San
 
 pub async fn validate_volume_capabilities_confirms_with_the_capabilities(s: &mut Sanity) {
     let name = s.unique("sanity-controller-validate");
-    let id = s.must_create(sized_request(&name, s.size)).await.volume_id;
-    let request = validate_request(&id, vec![rwo()]);
+    let id = s
+        .must_create(sized_request(s, &name, s.size))
+        .await
+        .volume_id;
+    let request = validate_request(&id, vec![s.rwo()]);
     let reply = s.csi.controller.validate_volume_capabilities(request).await;
     let reply = reply.expect("ValidateVolumeCapabilities").into_inner();
     // csi-sanity: a confirmation must carry the capabilities. Ours confirms a mount volume.
@@ -364,20 +373,20 @@ pub async fn validate_volume_capabilities_confirms_with_the_capabilities(s: &mut
 pub async fn validate_volume_capabilities_fails_with_not_found_for_an_unknown_volume(
     s: &mut Sanity,
 ) {
-    let request = validate_request(&unknown_volume_id(), vec![rwo()]);
+    let request = validate_request(&unknown_volume_id(), vec![s.rwo()]);
     let reply = s.csi.controller.validate_volume_capabilities(request).await;
     assert_eq!(code(reply), Code::NotFound);
 }
 
 /// `MakeExpandVolumeReq`: the expand size, and the capability.
-fn expand_request(id: &str, size: i64) -> ControllerExpandVolumeRequest {
+fn expand_request(s: &Sanity, id: &str, size: i64) -> ControllerExpandVolumeRequest {
     ControllerExpandVolumeRequest {
         volume_id: id.into(),
         capacity_range: Some(CapacityRange {
             required_bytes: size,
             limit_bytes: 0,
         }),
-        volume_capability: Some(rwo()),
+        volume_capability: Some(s.rwo()),
         ..Default::default()
     }
 }
@@ -386,7 +395,7 @@ pub async fn controller_expand_volume_fails_without_a_volume_id(s: &mut Sanity) 
     let reply = s
         .csi
         .controller
-        .controller_expand_volume(expand_request("", s.expand_size()));
+        .controller_expand_volume(expand_request(s, "", s.expand_size()));
     assert_eq!(code(reply.await), Code::InvalidArgument);
 }
 
@@ -406,11 +415,14 @@ pub async fn controller_expand_volume_fails_without_a_capacity_range(s: &mut San
 
 pub async fn controller_expand_volume_returns_exactly_the_size_asked_for(s: &mut Sanity) {
     let name = s.unique("sanity-expand-volume");
-    let id = s.must_create(sized_request(&name, s.size)).await.volume_id;
+    let id = s
+        .must_create(sized_request(s, &name, s.size))
+        .await
+        .volume_id;
     let reply = s
         .csi
         .controller
-        .controller_expand_volume(expand_request(&id, s.expand_size()));
+        .controller_expand_volume(expand_request(s, &id, s.expand_size()));
     let reply = reply.await.expect("ControllerExpandVolume").into_inner();
     assert_eq!(reply.capacity_bytes, s.expand_size());
 }

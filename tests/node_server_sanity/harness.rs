@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 use csi_nodekit::proto::csi::*;
 use tonic::{Code, Status};
 
@@ -55,6 +56,9 @@ pub struct Sanity {
     pub staging: PathBuf,
     /// `--csi.testvolumesize`.
     pub size: i64,
+    /// `--csi.testvolumeaccesstype=block`: every capability csi-sanity builds with
+    /// `TestVolumeCapabilityWithAccessType` is a block one.
+    pub block: bool,
     /// `--csi.testvolumemutableparameters` (`TestVolumeMutableParameters`).
     pub mutable_parameters: std::collections::HashMap<String, String>,
     /// What to clean up after the spec, newest last; created twice is listed twice.
@@ -70,6 +74,7 @@ impl Sanity {
             mount_dir: sandbox.path().join("csi-mount"),
             staging: sandbox.path().join("csi-staging"),
             size,
+            block: false,
             mutable_parameters: (MUTABLE_PARAMETERS.iter())
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
@@ -119,6 +124,42 @@ impl Sanity {
         deleted.unwrap_or_else(|e| panic!("cleanup: DeleteVolume {id}: {e}"));
     }
 
+    /// The same in `--csi.testvolumeaccesstype=block` mode, with `parameters` as the
+    /// mutable-parameters file.
+    pub fn in_block_mode(mut self, parameters: &[(&str, &str)]) -> Self {
+        self.block = true;
+        self.mutable_parameters = (parameters.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self
+    }
+
+    /// `TestVolumeCapabilityWithAccessType`: `mode`, mount or block as configured.
+    pub fn cap(&self, mode: Mode) -> VolumeCapability {
+        match self.block {
+            false => capability(mode, &[]),
+            true => VolumeCapability {
+                access_mode: Some(volume_capability::AccessMode { mode: mode as i32 }),
+                access_type: Some(volume_capability::AccessType::Block(
+                    volume_capability::BlockVolume {},
+                )),
+            },
+        }
+    }
+
+    /// A single-node-writer capability of the configured access type.
+    pub fn rwo(&self) -> VolumeCapability {
+        self.cap(Mode::SingleNodeWriter)
+    }
+
+    /// A request's capabilities replaced by one of the configured access type.
+    pub fn with_access(&self, request: CreateVolumeRequest) -> CreateVolumeRequest {
+        CreateVolumeRequest {
+            volume_capabilities: vec![self.rwo()],
+            ..request
+        }
+    }
+
     pub fn target(&self) -> PathBuf {
         self.mount_dir.join("target")
     }
@@ -142,13 +183,13 @@ impl Sanity {
     /// `MakeCreateVolumeReq`: one single-node-writer mount capability, the test size as both
     /// bounds.
     pub fn create_request(&self, name: &str) -> CreateVolumeRequest {
-        CreateVolumeRequest {
+        self.with_access(CreateVolumeRequest {
             capacity_range: Some(CapacityRange {
                 required_bytes: self.size,
                 limit_bytes: self.size,
             }),
             ..create_request(name, 0)
-        }
+        })
     }
 
     /// `MakeModifyVolumeReq`: the configured mutable parameters.
@@ -310,8 +351,8 @@ impl Sanity {
             .must_create(self.create_request(&self.unique(name)))
             .await
             .volume_id;
-        self.stage(&id, rwo()).await;
-        self.publish(&id, rwo()).await;
+        self.stage(&id, self.rwo()).await;
+        self.publish(&id, self.rwo()).await;
         id
     }
 }

@@ -88,7 +88,8 @@ pub async fn node_publish_volume_fails_without_a_volume_capability(s: &mut Sanit
 pub async fn node_publish_volume_of_a_single_writer_volume_at_a_second_target_fails_the_precondition(
     s: &mut Sanity,
 ) {
-    let single = || capability(Mode::SingleNodeSingleWriter, &[]);
+    let cap = s.cap(Mode::SingleNodeSingleWriter);
+    let single = || cap.clone();
     let name = s.unique("sanity-node-publish-single-node-single-writer");
     let request = CreateVolumeRequest {
         volume_capabilities: vec![single()],
@@ -123,7 +124,13 @@ pub async fn node_unpublish_volume_fails_without_a_target_path(s: &mut Sanity) {
 pub async fn node_unpublish_volume_removes_the_target_path(s: &mut Sanity) {
     let id = s.published_volume("sanity-node-unpublish-volume").await;
     let target = s.target();
-    assert!(target.is_dir(), "the plugin created the target path");
+    // csi-sanity's CheckPath: a directory for a mount volume, a device node for a block one.
+    let meta = std::fs::metadata(&target).expect("the plugin created the target path");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        meta.is_dir() || meta.file_type().is_block_device(),
+        "{meta:?}"
+    );
     let reply = s
         .csi
         .node
@@ -150,7 +157,7 @@ fn stage_with_device(
 }
 
 pub async fn node_stage_volume_fails_without_a_volume_id(s: &mut Sanity) {
-    let request = stage_with_device("", &s.staging, Some(rwo()));
+    let request = stage_with_device("", &s.staging, Some(s.rwo()));
     assert_eq!(
         code(s.csi.node.node_stage_volume(request).await),
         Code::InvalidArgument
@@ -158,7 +165,7 @@ pub async fn node_stage_volume_fails_without_a_volume_id(s: &mut Sanity) {
 }
 
 pub async fn node_stage_volume_fails_without_a_staging_target_path(s: &mut Sanity) {
-    let request = stage_with_device(&unknown_volume_id(), Path::new(""), Some(rwo()));
+    let request = stage_with_device(&unknown_volume_id(), Path::new(""), Some(s.rwo()));
     assert_eq!(
         code(s.csi.node.node_stage_volume(request).await),
         Code::InvalidArgument
@@ -167,7 +174,12 @@ pub async fn node_stage_volume_fails_without_a_staging_target_path(s: &mut Sanit
 
 pub async fn node_stage_volume_fails_without_a_volume_capability(s: &mut Sanity) {
     let name = s.unique("sanity-node-stage-nocaps");
-    let id = s.must_create(s.create_request(&name)).await.volume_id;
+    // A mount capability even in block mode, as csi-sanity hard-codes it here.
+    let mount = CreateVolumeRequest {
+        volume_capabilities: vec![rwo()],
+        ..s.create_request(&name)
+    };
+    let id = s.must_create(mount).await.volume_id;
     let request = stage_with_device(&id, &s.staging, None);
     assert_eq!(
         code(s.csi.node.node_stage_volume(request).await),
@@ -226,7 +238,12 @@ pub async fn node_get_volume_stats_fails_with_not_found_when_the_volume_is_not_a
     assert_eq!(code(reply.await), Code::NotFound);
 }
 
-fn node_expand_request(id: &str, path: &str, size: Option<i64>) -> NodeExpandVolumeRequest {
+fn node_expand_request(
+    s: &Sanity,
+    id: &str,
+    path: &str,
+    size: Option<i64>,
+) -> NodeExpandVolumeRequest {
     NodeExpandVolumeRequest {
         volume_id: id.into(),
         volume_path: path.into(),
@@ -234,13 +251,13 @@ fn node_expand_request(id: &str, path: &str, size: Option<i64>) -> NodeExpandVol
             required_bytes,
             limit_bytes: 0,
         }),
-        volume_capability: Some(rwo()),
+        volume_capability: Some(s.rwo()),
         ..Default::default()
     }
 }
 
 pub async fn node_expand_volume_fails_without_a_volume_id(s: &mut Sanity) {
-    let request = node_expand_request("", &s.mount_dir.display().to_string(), None);
+    let request = node_expand_request(s, "", &s.mount_dir.display().to_string(), None);
     assert_eq!(
         code(s.csi.node.node_expand_volume(request).await),
         Code::InvalidArgument
@@ -250,7 +267,7 @@ pub async fn node_expand_volume_fails_without_a_volume_id(s: &mut Sanity) {
 pub async fn node_expand_volume_fails_without_a_volume_path(s: &mut Sanity) {
     let name = s.unique("sanity-node-expand-volume-valid-id");
     let id = s.must_create(s.create_request(&name)).await.volume_id;
-    let request = node_expand_request(&id, "", None);
+    let request = node_expand_request(s, &id, "", None);
     assert_eq!(
         code(s.csi.node.node_expand_volume(request).await),
         Code::InvalidArgument
@@ -260,7 +277,7 @@ pub async fn node_expand_volume_fails_without_a_volume_path(s: &mut Sanity) {
 pub async fn node_expand_volume_fails_with_not_found_for_an_unknown_volume(s: &mut Sanity) {
     let request = NodeExpandVolumeRequest {
         volume_capability: None,
-        ..node_expand_request(&unknown_volume_id(), "some/path", None)
+        ..node_expand_request(s, &unknown_volume_id(), "some/path", None)
     };
     assert_eq!(
         code(s.csi.node.node_expand_volume(request).await),
@@ -284,10 +301,10 @@ pub async fn node_expand_volume_works_after_node_publish(s: &mut Sanity) {
         });
     let grown = grown.await.expect("ControllerExpandVolume").into_inner();
     assert_eq!(grown.capacity_bytes, s.expand_size());
-    s.stage(&id, rwo()).await;
-    s.publish(&id, rwo()).await;
+    s.stage(&id, s.rwo()).await;
+    s.publish(&id, s.rwo()).await;
     let target = s.target().display().to_string();
-    let request = node_expand_request(&id, &target, Some(s.expand_size()));
+    let request = node_expand_request(s, &id, &target, Some(s.expand_size()));
     s.csi
         .node
         .node_expand_volume(request)
@@ -304,14 +321,17 @@ async fn full_workflow(s: &mut Sanity, count: usize) {
             requisite: vec![t],
             preferred: vec![],
         }),
-        ..create_request(&s.unique(&format!("sanity-node-full-{count}")), s.size)
+        ..s.with_access(create_request(
+            &s.unique(&format!("sanity-node-full-{count}")),
+            s.size,
+        ))
     };
     let id = s.must_create(request).await.volume_id;
     for _ in 0..count {
-        s.stage(&id, rwo()).await;
+        s.stage(&id, s.rwo()).await;
     }
     for _ in 0..count {
-        s.publish(&id, rwo()).await;
+        s.publish(&id, s.rwo()).await;
     }
     let target = s.target().display().to_string();
     let stats = s
@@ -335,8 +355,9 @@ pub async fn the_node_service_works_from_create_to_stats(s: &mut Sanity) {
 
 pub async fn the_node_service_is_idempotent_when_every_call_is_repeated_ten_times(s: &mut Sanity) {
     full_workflow(s, IDEMPOTENT_COUNT).await;
-    // Ten publishes, one mount each at the staging and the target path.
+    // Ten publishes, one mount each at the staging and the target path (a block volume is
+    // staged on a loop device: nothing is mounted at its staging path).
     let staged = mounts_at(&s.staging);
     let published = mounts_at(&s.target());
-    assert_eq!((staged, published), (1, 1));
+    assert_eq!((staged, published), (usize::from(!s.block), 1));
 }

@@ -50,7 +50,12 @@ pub fn node_server_holds_a_volume_to_its_inode_limit_and_modify_volume_changes_i
             ..csi_node::create_request("pvc-inodes", (8 * MIB) as i64)
         };
         let reply = csi.controller.create_volume(request).await;
-        let id = reply.expect("create").into_inner().volume.unwrap().volume_id;
+        let id = reply
+            .expect("create")
+            .into_inner()
+            .volume
+            .unwrap()
+            .volume_id;
         let project = served.recorded_project(&id).expect("a recorded project ID");
         csi.stage_and_publish(&id, &pod.staging, &pod.target, false)
             .await;
@@ -66,7 +71,11 @@ pub fn node_server_holds_a_volume_to_its_inode_limit_and_modify_volume_changes_i
         // The writer names its files from f0 again: a directory of its own (inode 21).
         let more = writable_dir(&pod.target, "more");
         let w = create_until_error(&more, 1000, NOBODY);
-        assert_eq!((w.bytes, w.errno), (29, fs.limit_errno()), "more files, errno");
+        assert_eq!(
+            (w.bytes, w.errno),
+            (29, fs.limit_errno()),
+            "more files, errno"
+        );
         figure(
             kind,
             format_args!("node-server volume: inodeLimit 20 then 50 stopped a pod at 20, then 50"),

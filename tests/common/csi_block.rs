@@ -1,0 +1,140 @@
+//! What the block-volume tests share: block capabilities and requests, a guard that detaches
+//! every loop device of ours left on a state directory's volumes (even when a test fails), and
+//! reading and writing through a published device node.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use csi_nodekit::node_server::loopdev::{self, LoopDevice};
+use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, BlockVolume};
+use csi_nodekit::proto::csi::*;
+
+use super::csi_node::{Csi, create_request, publish_request, stage_request};
+
+pub const MIB: u64 = 1 << 20;
+
+pub fn block_cap() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Block(BlockVolume {})),
+    }
+}
+
+pub fn block_create(name: &str, bytes: u64) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        volume_capabilities: vec![block_cap()],
+        ..create_request(name, bytes as i64)
+    }
+}
+
+pub fn block_stage(id: &str, staging: &Path) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_capability: Some(block_cap()),
+        ..stage_request(id, staging)
+    }
+}
+
+pub fn block_publish(
+    id: &str,
+    staging: &Path,
+    target: &Path,
+    ro: bool,
+) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_capability: Some(block_cap()),
+        ..publish_request(id, staging, target, ro)
+    }
+}
+
+/// Detaches, on drop, every device of ours backed by a volume file under `<state>/volumes`.
+/// Declare it after the filesystem the state lives on and before the mount sandbox, so that
+/// targets are unmounted first and the filesystem goes last.
+pub struct DetachOnDrop(pub PathBuf);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        let Ok(dirs) = std::fs::read_dir(self.0.join("volumes")) else {
+            return;
+        };
+        for dir in dirs.flatten() {
+            let image = dir.path().join("volume.img");
+            let Ok(found) = loopdev::find(&image) else {
+                continue;
+            };
+            for status in found.ours {
+                if let Err(e) = loopdev::detach(status.device, &image) {
+                    eprintln!("cleanup: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// A block volume's file.
+pub fn image(state: &Path, id: &str) -> PathBuf {
+    state.join("volumes").join(id).join("volume.img")
+}
+
+/// Our devices on a volume's file: (read-write, read-only).
+pub fn devices(state: &Path, id: &str) -> (Vec<LoopDevice>, Vec<LoopDevice>) {
+    let found = loopdev::find(&image(state, id)).expect("find devices");
+    assert!(found.foreign.is_empty(), "{:?}", found.foreign);
+    let (ro, rw): (Vec<_>, Vec<_>) = found.ours.iter().partition(|s| s.read_only);
+    (
+        rw.iter().map(|s| s.device).collect(),
+        ro.iter().map(|s| s.device).collect(),
+    )
+}
+
+/// Writes through the device node at `path` and makes it durable.
+pub fn write_at(path: &Path, at: u64, data: &[u8]) -> std::io::Result<()> {
+    let dev = std::fs::OpenOptions::new().write(true).open(path)?;
+    dev.write_all_at(data, at)?;
+    dev.sync_all()
+}
+
+pub fn read_at(path: &Path, at: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    std::fs::File::open(path)
+        .expect("open")
+        .read_exact_at(&mut buf, at)
+        .expect("read");
+    buf
+}
+
+/// A recognisable block of data: `seed` in every byte, a position in every 512.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| if i % 512 == 0 { (i / 512) as u8 } else { seed })
+        .collect()
+}
+
+impl Csi {
+    pub async fn create_block(&mut self, name: &str, bytes: u64) -> Volume {
+        let reply = self
+            .controller
+            .create_volume(block_create(name, bytes))
+            .await;
+        reply
+            .expect("create block volume")
+            .into_inner()
+            .volume
+            .unwrap()
+    }
+
+    /// Stages and publishes a block volume.
+    pub async fn attach_block(&mut self, id: &str, staging: &Path, target: &Path, ro: bool) {
+        let staged = self.node.node_stage_volume(block_stage(id, staging)).await;
+        staged.expect("stage block volume");
+        let published = self
+            .node
+            .node_publish_volume(block_publish(id, staging, target, ro));
+        published.await.expect("publish block volume");
+    }
+
+    pub async fn detach_block(&mut self, id: &str, staging: &Path, target: &Path) {
+        self.unpublish_and_unstage(id, target, staging).await;
+    }
+}
