@@ -384,3 +384,65 @@ async fn a_device_in_use_is_neither_deleted_nor_detached_and_foreign_devices_are
         .unwrap();
     server.stop().await;
 }
+
+#[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_io_is_switched_on_the_attached_device_at_once_and_kept_for_the_next_attach() {
+    let fs = ScratchFs::new(Kind::Ext4);
+    let state = fs.path().join("state");
+    let _devices = DetachOnDrop(state.clone());
+    let sandbox = MountSandbox::new();
+    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
+    let mut csi = server.client().await;
+    let id = csi.create_block("pvc-dio", 4 * MIB).await.volume_id;
+    let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
+    csi.attach_block(&id, &staging, &target, false).await;
+    let direct_io = |id: &str| {
+        let (rw, _) = devices(&state, id);
+        loopdev::status(rw[0]).unwrap().unwrap().direct_io
+    };
+    assert!(direct_io(&id), "on by default");
+    let modify = |on: &str| ControllerModifyVolumeRequest {
+        volume_id: id.clone(),
+        mutable_parameters: [("directIO".to_owned(), on.to_owned())].into(),
+        ..Default::default()
+    };
+    let data = pattern(4, 4096);
+    write_at(&target, 0, &data).unwrap();
+    csi.controller
+        .controller_modify_volume(modify("false"))
+        .await
+        .unwrap();
+    assert!(!direct_io(&id), "switched off while published");
+    assert!(read_at(&target, 0, data.len()) == data, "the data written");
+    // The next attach (after a reboot, say) keeps the recorded choice.
+    csi.detach_block(&id, &staging, &target).await;
+    csi.attach_block(&id, &staging, &target, false).await;
+    assert!(!direct_io(&id), "still off after a new attach");
+    csi.controller
+        .controller_modify_volume(modify("true"))
+        .await
+        .unwrap();
+    assert!(direct_io(&id), "and on again");
+    let refused = csi
+        .controller
+        .controller_modify_volume(modify("maybe"))
+        .await;
+    assert_eq!(code(refused), Code::InvalidArgument);
+    let mount = create(&mut csi, "pvc-dir", MIB as i64).await;
+    let on_a_directory = ControllerModifyVolumeRequest {
+        volume_id: mount,
+        ..modify("true")
+    };
+    let refused = csi
+        .controller
+        .controller_modify_volume(on_a_directory)
+        .await;
+    assert_eq!(
+        code(refused),
+        Code::InvalidArgument,
+        "directIO is a block volume's"
+    );
+    csi.detach_block(&id, &staging, &target).await;
+    server.stop().await;
+}
