@@ -27,8 +27,10 @@
 //! - [`driver_name`] — the CSI naming rule for driver names.
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
 //! - [`node_server`] — the CSI plugin (`node-server` mode): `mod.rs` (the contract), `driver`
-//!   (the plugin's state and operations; the one locked blocking helper; `driver_snapshots` and
-//!   `content` hold its snapshot, group, restore and clone operations), `identity`, `node`,
+//!   (the plugin's state and operations; the one locked blocking helper; `driver_volumes`,
+//!   `driver_snapshots` and `content` hold its create/delete/expand, snapshot, group, restore
+//!   and clone operations, `modify` ControllerModifyVolume, `block` the node side of raw block
+//!   volumes), `attributes` (the mutable parameters), `identity`, `node`,
 //!   `controller` + `controller_snapshots`, `group_controller` (one file per CSI service, each
 //!   with its error → gRPC code table), `error` (what each service's operations can fail with),
 //!   `volumes` + `store` (records of any kind, atomic writes, per-volume locks, the one create
@@ -39,7 +41,7 @@
 //!   (request checks → exact gRPC codes) + `field_limits` (the CSI spec's size limits, the
 //!   bound on a request), `capacity`, `ephemeral`, `quota` (project quotas by syscalls) +
 //!   `volume_quota` (what volumes get from it: a limit of their size, their own stats),
-//!   `loopdev`.
+//!   `loopdev` (loop devices by ioctls, for block volumes).
 //! - [`registrar`] — drop-in node-driver-registrar (`registrar` mode): `service` (the
 //!   Registration API and the status it feeds), `supervise` (driver watch, socket healing,
 //!   re-registration), `health` (`/healthz`, `/readyz`, `/metrics`).
