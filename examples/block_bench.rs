@@ -10,7 +10,6 @@
 //! level (default 3).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
@@ -21,7 +20,7 @@ use tonic::transport::Channel;
 
 #[path = "../benches/support/mod.rs"]
 mod support;
-use support::{Proc, binary, mb, memory_kib};
+use support::{binary, mb, memory_kib};
 
 fn capability() -> VolumeCapability {
     VolumeCapability {
@@ -142,28 +141,9 @@ async fn main() {
         .unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(base).expect("temp dir");
     let dir = tmp.path().canonicalize().expect("resolve");
-    let socket = dir.join("csi.sock");
     let bin = binary();
-    let server = Proc(
-        Command::new(&bin)
-            .arg("node-server")
-            .arg(format!("--endpoint={}", socket.display()))
-            .arg(format!("--state-dir={}", dir.join("state").display()))
-            .arg("--node-id=bench")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start node-server"),
-    );
+    let (server, channel) = support::node_server(&dir).await;
     let pid = server.0.id();
-    let started = Instant::now();
-    while !socket.exists() {
-        assert!(started.elapsed() < Duration::from_secs(10), "no socket");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let channel = csi_nodekit::socket::connect(&socket)
-        .await
-        .expect("connect");
     let clients = Clients {
         node: NodeClient::new(channel.clone()),
         controller: ControllerClient::new(channel),

@@ -1,5 +1,6 @@
 //! Helpers for benchmarks that drive the real binary: which binary, a process guard, and its
-//! memory figures. Shared by `examples/node_server_bench.rs`; sidecar benchmarks can
+//! memory figures, node-server started for a benchmark. Shared by `examples/node_server_bench.rs`
+//! and `examples/block_bench.rs`; sidecar benchmarks can
 //! `#[path]`-include it too. (A subdirectory of `benches/` is not a bench target itself.)
 #![allow(dead_code)]
 
@@ -32,6 +33,27 @@ pub fn spawn(args: &[String]) -> Proc {
             .spawn()
             .expect("spawn"),
     )
+}
+
+/// node-server on `<dir>/csi.sock` with its state in `<dir>/state` (node ID `bench`), once
+/// its socket is up, and a channel to it.
+pub async fn node_server(dir: &Path) -> (Proc, tonic::transport::Channel) {
+    let socket = dir.join("csi.sock");
+    let server = spawn(&[
+        "node-server".to_owned(),
+        format!("--endpoint={}", socket.display()),
+        format!("--state-dir={}", dir.join("state").display()),
+        "--node-id=bench".to_owned(),
+    ]);
+    let started = Instant::now();
+    while !socket.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no socket");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let channel = csi_nodekit::socket::connect(&socket)
+        .await
+        .expect("connect");
+    (server, channel)
 }
 
 /// A child process stopped on drop the way Kubernetes stops containers: SIGTERM, then SIGKILL
