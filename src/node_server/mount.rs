@@ -191,6 +191,35 @@ fn kept_flags(dir: &File) -> nix::Result<MsFlags> {
     Ok(kept)
 }
 
+/// Bind-mounts what `from` is open on onto what `onto` is open on, through their
+/// `/proc/self/fd` paths, so neither path can be swapped for a symlink in between.
+fn bind_opened(from: &File, onto: &File, target: &Path) -> Result<(), MountError> {
+    nix::mount::mount(
+        Some(fd_path(from).as_str()),
+        fd_path(onto).as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| err("bind-mount onto", target)(e.into()))
+}
+
+impl LinuxMounter {
+    /// A remount that failed leaves the plain bind mount at `target`: it is undone, and the
+    /// remount's error is the one reported.
+    fn undo_if_failed(
+        &self,
+        target: &Path,
+        remounted: Result<(), MountError>,
+    ) -> Result<(), MountError> {
+        remounted.inspect_err(|_| {
+            if let Err(e) = self.unmount(target) {
+                log::error!("could not undo the bind mount after a failed remount: {e}");
+            }
+        })
+    }
+}
+
 impl Mounter for LinuxMounter {
     fn mount_table(&self) -> Result<MountTable, MountError> {
         MountTable::read().map_err(err("read mount table", Path::new("/proc/self/mountinfo")))
@@ -199,14 +228,7 @@ impl Mounter for LinuxMounter {
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError> {
         let from = open_dir(source).map_err(err("open bind source", source))?;
         let onto = open_dir(target).map_err(err("open mount target", target))?;
-        nix::mount::mount(
-            Some(fd_path(&from).as_str()),
-            fd_path(&onto).as_str(),
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| err("bind-mount onto", target)(e.into()))?;
+        bind_opened(&from, &onto, target)?;
         if !options.needs_remount() {
             return Ok(());
         }
@@ -224,24 +246,13 @@ impl Mounter for LinuxMounter {
             )
             .map_err(|e| err("remount with flags", target)(e.into()))
         };
-        remount().inspect_err(|_| {
-            if let Err(e) = self.unmount(target) {
-                log::error!("could not undo the bind mount after a failed remount: {e}");
-            }
-        })
+        self.undo_if_failed(target, remount())
     }
 
     fn bind_file(&self, source: &Path, target: &Path, readonly: bool) -> Result<(), MountError> {
         let from = open_file(source).map_err(err("open bind source", source))?;
         let onto = open_file(target).map_err(err("open mount target", target))?;
-        nix::mount::mount(
-            Some(fd_path(&from).as_str()),
-            fd_path(&onto).as_str(),
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| err("bind-mount onto", target)(e.into()))?;
+        bind_opened(&from, &onto, target)?;
         if !readonly {
             return Ok(());
         }
@@ -256,11 +267,7 @@ impl Mounter for LinuxMounter {
             )
             .map_err(|e| err("remount read-only", target)(e.into()))
         };
-        remount().inspect_err(|_| {
-            if let Err(e) = self.unmount(target) {
-                log::error!("could not undo the bind mount after a failed remount: {e}");
-            }
-        })
+        self.undo_if_failed(target, remount())
     }
 
     fn unmount(&self, target: &Path) -> Result<(), MountError> {
