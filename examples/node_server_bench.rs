@@ -286,7 +286,7 @@ async fn main() {
     let started = Instant::now();
     let mut entries = 0;
     for _ in 0..reads {
-        let table = csi_nodekit::node_server::mountinfo::MountTable::parse(&text);
+        let table = csi_nodekit::linux::mountinfo::MountTable::parse(&text);
         entries = table.entries().len();
     }
     println!(
@@ -296,7 +296,7 @@ async fn main() {
     );
     drop(server);
     // The server was killed with its volumes staged: unmount what it left in our namespace.
-    let table = csi_nodekit::node_server::mountinfo::MountTable::read().expect("mount table");
+    let table = csi_nodekit::linux::mountinfo::MountTable::read().expect("mount table");
     let mut points: Vec<_> = table
         .mounts_under(&dir)
         .map(|e| e.mount_point.clone())

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use csi_nodekit::node_server::snapshots::{Snapshots, spread};
+use csi_nodekit::node_server::state::snapshots::{Snapshots, spread};
 use csi_nodekit::node_server::{Config, Plugin, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
@@ -146,7 +146,7 @@ async fn single(b: &mut Bench) {
     }
 }
 
-fn window(cuts: &[csi_nodekit::node_server::snapshots::Cut]) -> (Duration, Duration) {
+fn window(cuts: &[csi_nodekit::node_server::state::snapshots::Cut]) -> (Duration, Duration) {
     spread(cuts).expect("copies were made")
 }
 

@@ -14,8 +14,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use csi_nodekit::node_server::copy::{self, Options, Report};
-use csi_nodekit::node_server::loopdev::{self, AttachOptions};
+use csi_nodekit::linux::copy::{self, Options, Report};
+use csi_nodekit::linux::loopdev::{self, AttachOptions};
 
 #[allow(dead_code)]
 #[path = "support/bench.rs"]

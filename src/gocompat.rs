@@ -136,7 +136,7 @@ impl std::str::FromStr for Quantity {
         let text = text
             .strip_suffix('K')
             .map_or(text.to_owned(), |n| format!("{n}k"));
-        crate::node_server::capacity::parse_quantity(&text)
+        crate::quantity::parse_quantity(&text)
             .map(Quantity)
             .map_err(|_| KlogValueError("expected a byte count such as 512, 1k, 2Ki or 3M"))
     }

@@ -60,15 +60,17 @@
 
 pub mod backoff;
 pub mod cli;
+pub mod csi_spec;
 pub mod demo;
-pub mod driver_name;
 pub mod gocompat;
 pub mod http;
+pub mod linux;
 pub mod logging;
 pub mod metrics;
 pub mod node_server;
 pub mod probe;
 pub mod proto;
+pub mod quantity;
 pub mod registrar;
 pub mod rlimit;
 pub mod runtime;

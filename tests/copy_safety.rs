@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use csi_nodekit::node_server::copy::{self, CopyError, Options};
+use csi_nodekit::linux::copy::{self, CopyError, Options};
 
 use crate::common::scratch_fs::{Kind, ScratchFs};
 use crate::common::tree_fixture;

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use csi_nodekit::node_server::copy::{self, CopyError, Options, SkipReason};
+use csi_nodekit::linux::copy::{self, CopyError, Options, SkipReason};
 
 use crate::common::scratch_fs::{Kind, ScratchFs, run};
 use crate::common::tree_fixture::{self, SPARSE_LEN};
@@ -313,7 +313,7 @@ fn copy_file_reflinks_a_block_image_on_xfs() {
 #[test]
 #[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
 fn a_copy_into_a_prepared_directory_keeps_the_tree_and_inherits_its_project() {
-    use csi_nodekit::node_server::quota::{project_of, set_project};
+    use csi_nodekit::linux::quota::{project_of, set_project};
     let fs = ScratchFs::new(Kind::Xfs);
     let src = fs.path().join("src");
     let left_out = tree_fixture::build(&src);

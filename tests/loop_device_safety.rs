@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use csi_nodekit::node_server::loopdev::{self, AttachOptions, LoopError};
+use csi_nodekit::linux::loopdev::{self, AttachOptions, LoopError};
 
 use crate::common::scratch_fs::{Kind, ScratchFs, run};
 use crate::loop_devices::{Devices, MIB, backing};

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use csi_nodekit::node_server::loopdev::{
+use csi_nodekit::linux::loopdev::{
     self, AttachOptions, LoopDevice, LoopError, create_backing_file, grow_backing_file,
 };
 

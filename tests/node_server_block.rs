@@ -10,8 +10,8 @@ use std::path::Path;
 use crate::common::csi_block::*;
 use crate::common::csi_node::*;
 use crate::common::scratch_fs::{Kind, ScratchFs};
+use csi_nodekit::linux::loopdev;
 use csi_nodekit::node_server::Config;
-use csi_nodekit::node_server::loopdev;
 use csi_nodekit::proto::csi::*;
 use tonic::Code;
 
@@ -26,7 +26,7 @@ fn rdev(path: &Path) -> u64 {
 }
 
 fn mounts_at(path: &Path) -> usize {
-    let table = csi_nodekit::node_server::mountinfo::MountTable::read().unwrap();
+    let table = csi_nodekit::linux::mountinfo::MountTable::read().unwrap();
     table
         .entries()
         .iter()

@@ -10,8 +10,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use common::csi_node::*;
-use csi_nodekit::node_server::mount::{MountError, MountOptions};
-use csi_nodekit::node_server::mountinfo::MountTable;
+use csi_nodekit::linux::mount::{MountError, MountOptions};
+use csi_nodekit::linux::mountinfo::MountTable;
 use csi_nodekit::node_server::{LinuxMounter, Mounter};
 use csi_nodekit::proto::csi::*;
 use tonic::Code;

@@ -295,7 +295,7 @@ async fn a_volume_mount_group_owns_the_volume_and_mount_flags_reach_the_mount() 
     let meta = std::fs::metadata(&target).unwrap();
     assert_eq!(meta.gid(), 2345);
     assert_eq!(meta.mode() & 0o2070, 0o2070, "group-writable and setgid");
-    let table = csi_nodekit::node_server::mountinfo::MountTable::read().unwrap();
+    let table = csi_nodekit::linux::mountinfo::MountTable::read().unwrap();
     let entry = table.mounted_at(&target).unwrap();
     for flag in ["nosuid", "nodev", "noexec"] {
         assert!(

@@ -9,7 +9,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::csi_node::*;
-use csi_nodekit::node_server::mountinfo::MountTable;
+use csi_nodekit::linux::mountinfo::MountTable;
 use csi_nodekit::proto::csi::*;
 
 /// Bind-mounts this process's network namespace on a new file at `file`, as

@@ -272,8 +272,8 @@ async fn the_whole_suite_in_block_mode_passes_on_real_loop_devices_and_leaves_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_command_passes_against_the_real_binary_with_its_default_capacity() {
     let sandbox = MountSandbox::new();
-    let free = csi_nodekit::node_server::capacity::free_bytes(sandbox.path()).unwrap();
-    let needed = csi_nodekit::node_server::capacity::DEFAULT_SIZE + (1 << 20);
+    let free = csi_nodekit::node_server::state::capacity::free_bytes(sandbox.path()).unwrap();
+    let needed = csi_nodekit::node_server::state::capacity::DEFAULT_SIZE + (1 << 20);
     assert!(
         free >= needed,
         "this test needs {needed} bytes free under {} (csi-sanity's unsized volumes get our \

@@ -13,7 +13,7 @@ use std::time::Duration;
 use argh::{ArgsInfo, FromArgs};
 
 use crate::BoxError;
-use crate::node_server::mountinfo::MountTable;
+use crate::linux::mountinfo::MountTable;
 use crate::runtime::Threads;
 use processes::{Child, Kubelet};
 

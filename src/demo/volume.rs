@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::Layout;
 use crate::BoxError;
-use crate::node_server::mountinfo::{MountEntry, MountTable};
+use crate::linux::mountinfo::{MountEntry, MountTable};
 use crate::proto::csi::controller_client::ControllerClient;
 use crate::proto::csi::node_client::NodeClient;
 use crate::proto::csi::volume_capability::{

@@ -240,5 +240,4 @@ async fn connection<H, F>(
 }
 
 #[cfg(test)]
-#[path = "conns_tests.rs"]
 mod tests;

@@ -28,34 +28,9 @@
 //! - [`volume_quota`] — what the volumes get from it: the start-up decision, a project and a
 //!   limit per volume, its release, and each volume's own usage for its stats.
 
-pub mod attributes;
-mod block;
-pub mod capacity;
-mod content;
-mod controller;
-mod controller_snapshots;
-pub mod copy;
-mod driver;
-mod driver_snapshots;
-mod driver_volumes;
-mod ephemeral;
-pub mod error;
-pub mod field_limits;
-mod group_controller;
-pub mod identity;
-pub mod loopdev;
-mod modify;
-pub mod mount;
-pub mod mountinfo;
-mod node;
-pub mod publish;
-pub mod quota;
-pub mod snapshots;
-mod sources;
-mod store;
-pub mod validate;
-pub mod volume_quota;
-pub mod volumes;
+pub mod driver;
+pub mod grpc;
+pub mod state;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,10 +39,13 @@ use argh::{ArgsInfo, FromArgs};
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
+pub use crate::linux::mount::{LinuxMounter, Mounter};
 pub use driver::OpenError;
-pub use mount::{LinuxMounter, Mounter};
 
-use crate::driver_name::InvalidDriverName;
+use crate::linux::quota;
+use grpc::{controller, field_limits, group_controller, identity, node};
+
+use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
@@ -79,8 +57,7 @@ use crate::{BoxError, UsageError, socket};
 /// The default driver name: domain-style, as the CSI spec requires.
 pub const DEFAULT_DRIVER_NAME: &str = "nodekit.csi.local";
 
-/// The longest node ID the CSI spec allows.
-pub const MAX_NODE_ID: usize = 256;
+pub use crate::csi_spec::MAX_NODE_ID;
 
 crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
@@ -165,7 +142,7 @@ impl Config {
 
     /// Checks what the CSI spec constrains.
     fn check(&self) -> Result<(), ConfigError> {
-        crate::driver_name::validate(&self.driver_name)?;
+        crate::csi_spec::driver_name::validate(&self.driver_name)?;
         if self.node_id.is_empty() || self.node_id.len() > MAX_NODE_ID {
             return Err(ConfigError::NodeId(self.node_id.clone()));
         }
@@ -193,7 +170,7 @@ impl Settings {
             return Err(UsageError::flag("--state-dir", "", "must not be empty").into());
         }
         let capacity = match &args.capacity {
-            Some(text) => Some(capacity::parse_quantity(text).map_err(UsageError::new)?),
+            Some(text) => Some(crate::quantity::parse_quantity(text).map_err(UsageError::new)?),
             None => None,
         };
         let config = Config {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use super::Settings;
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 use crate::backoff::Doubling;
-use crate::driver_name::InvalidDriverName;
+use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::metrics::Metrics;
 use crate::proto::csi::identity_client::IdentityClient;
 use crate::proto::registration::registration_server::RegistrationServer;
@@ -198,7 +198,7 @@ impl Supervisor {
                     log::warn!("driver at {address} returned an empty name")
                 }
                 Ok(_) => {
-                    crate::driver_name::validate(&name)?;
+                    crate::csi_spec::driver_name::validate(&name)?;
                     return Ok(Some(Driver { name, socket }));
                 }
                 Err(status) => log::warn!(

@@ -485,5 +485,4 @@ pub fn grpc_incoming(
 }
 
 #[cfg(test)]
-#[path = "authority_tests.rs"]
 mod tests;

@@ -5,7 +5,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use csi_nodekit::node_server::loopdev::{self, LoopDevice};
+use csi_nodekit::linux::loopdev::{self, LoopDevice};
 use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, BlockVolume};
 use csi_nodekit::proto::csi::*;
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use csi_nodekit::node_server::mountinfo::MountTable;
+use csi_nodekit::linux::mountinfo::MountTable;
 use csi_nodekit::node_server::{Config, Mounter, Plugin, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::tally::{Outcome, Tally};
 use crate::common::csi_node::*;
 use crate::common::{KillOnDrop, spawn_node_server};
-use csi_nodekit::node_server::mountinfo::MountTable;
+use csi_nodekit::linux::mountinfo::MountTable;
 use tonic::Code;
 
 /// The real node-server in a mount sandbox, and a client.

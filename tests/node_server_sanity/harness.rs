@@ -359,7 +359,7 @@ impl Sanity {
 
 /// How many mounts are stacked at `path`.
 pub fn mounts_at(path: &Path) -> usize {
-    let table = csi_nodekit::node_server::mountinfo::MountTable::read().expect("mount table");
+    let table = csi_nodekit::linux::mountinfo::MountTable::read().expect("mount table");
     table
         .entries()
         .iter()

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use csi_nodekit::node_server::quota::{FsKind, Limits, PROJECT_IDS, QuotaFs};
+use csi_nodekit::linux::quota::{FsKind, Limits, PROJECT_IDS, QuotaFs};
 
 use super::enforce::*;
 use super::fixtures::{Prep, TestFs};

@@ -3,9 +3,7 @@
 
 use std::os::unix::fs::chown;
 
-use csi_nodekit::node_server::quota::{
-    self, Access, Decision, FsKind, Limits, Mode, QuotaFs, Support,
-};
+use csi_nodekit::linux::quota::{self, Access, Decision, FsKind, Limits, Mode, QuotaFs, Support};
 
 use super::cases::{CAP_SYS_RESOURCE, FIRST, MIB, figure, open, prepared_volume};
 use super::fixtures::{NOBODY, Prep, TestFs, Written, create_until_error, write_until_error};

@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use csi_nodekit::node_server::quota::FsKind;
+use csi_nodekit::linux::quota::FsKind;
 
 /// The unprivileged user the writer runs as: a pod's process has no CAP_SYS_RESOURCE.
 pub const NOBODY: u32 = 65534;

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use csi_nodekit::node_server::quota::{
+use csi_nodekit::linux::quota::{
     self, Access, Decision, FsKind, Limits, Mode, PROJECT_IDS, ProjectIds, QuotaFs, Support,
 };
 

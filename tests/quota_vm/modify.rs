@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use csi_nodekit::node_server::quota::{FsKind, Limits};
+use csi_nodekit::linux::quota::{FsKind, Limits};
 use csi_nodekit::proto::csi::*;
 
 use super::cases::{MIB, figure, open};

@@ -103,7 +103,7 @@ impl Served {
 impl Drop for Served {
     fn drop(&mut self) {
         // Mounts first: the scratch directory must not be deleted through one.
-        if let Ok(table) = csi_nodekit::node_server::mountinfo::MountTable::read() {
+        if let Ok(table) = csi_nodekit::linux::mountinfo::MountTable::read() {
             let mut points: Vec<PathBuf> = table
                 .mounts_under(self.scratch.path())
                 .map(|e| e.mount_point.clone())

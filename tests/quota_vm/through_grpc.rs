@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use csi_nodekit::node_server::quota::{self, FsKind, Limits};
+use csi_nodekit::linux::quota::{self, FsKind, Limits};
 use csi_nodekit::proto::csi::*;
 
 use super::cases::{FIRST, MIB, figure, open};

@@ -10,8 +10,8 @@ use tonic::transport::Channel;
 use super::Context;
 use super::finding::Finding;
 use super::rpc::{self, CallError, Capabilities};
+use crate::csi_spec::MAX_NODE_ID;
 use crate::gocompat;
-use crate::node_server::MAX_NODE_ID;
 
 /// What the driver said, for the API comparisons.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,0 +1,16 @@
+//! The command line, for every mode: which mode runs ([`dispatch`], from the table of modes in
+//! `main.rs`), Go-style flags rewritten for argh and parsed into a mode's `Args` ([`flags`]),
+//! `--help` in Go's layout ([`help`]), and what every mode's `Args` shares ([`mode_args`]:
+//! [`ModeArgs`], [`mode_args!`](crate::mode_args), [`VERSION`]). This module knows no mode:
+//! modes depend on it, never the other way round.
+
+pub mod dispatch;
+pub mod flags;
+pub mod help;
+pub mod mode_args;
+
+pub use dispatch::{Dispatch, Invocation, Mode, dispatch, help_text, usage};
+pub use flags::{
+    FlagError, ParseStop, normalize_flags, parse_implied, parse_mode_args, switch_names,
+};
+pub use mode_args::{BINARY, Given, ModeArgs, UNDERSCORED, VERSION};

@@ -1,0 +1,18 @@
+//! The Linux layer under node-server, the demo and the doctor: mounts, the mount table,
+//! project quotas, loop devices and the tree copy engine, by syscalls and ioctls alone (the
+//! image is `FROM scratch`: no `mount`, `losetup`, `xfs_quota` or `cp`). Nothing here knows
+//! about CSI; errors name the operation and the path.
+//!
+//! - [`mount`] — bind mounts through `O_PATH` descriptors behind the [`Mounter`](mount::Mounter)
+//!   trait (the real Linux implementation and a recording fake for unit tests).
+//! - [`mountinfo`] — the kernel's mount table, parsed as the kernel writes it.
+//! - [`quota`] — project quotas: limits, usage, the project-ID allocator, the `--quota` decision.
+//! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
+//! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
+//!   extents, sparse copies elsewhere, under crash-safe temporary names.
+
+pub mod copy;
+pub mod loopdev;
+pub mod mount;
+pub mod mountinfo;
+pub mod quota;

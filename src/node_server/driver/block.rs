@@ -1,0 +1,357 @@
+//! Raw block volumes on the node: a volume's file ([`IMAGE`] in its directory) attached to a
+//! loop device at NodeStageVolume, the device node bind-mounted onto the target file at
+//! NodePublishVolume, and both undone in reverse.
+//!
+//! Nothing is stored about it: the kernel's loop state (a device of ours is found by the file's
+//! identity and our tag, see [`loopdev`]) says whether a volume is staged, and the mount table
+//! with the targets' device numbers says where it is published. After a restart both are as
+//! the kernel left them; after a reboot the devices are gone and staging attaches anew. A
+//! read-only publish gets a read-only loop device of its own (a read-only bind mount of a
+//! device node does not stop writes to the device), detached when its last target goes.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::linux::loopdev::{self, AttachOptions, Found, Status};
+use crate::linux::mountinfo::MountTable;
+use crate::node_server::driver::error::NodeError;
+use crate::node_server::driver::publish::PublishError;
+use crate::node_server::driver::{Driver, Stats};
+use crate::node_server::state::volumes::{Record, VolumeError};
+
+/// The file of a block volume, in the volume's directory.
+pub const IMAGE: &str = "volume.img";
+
+fn options(record: &Record, read_only: bool) -> AttachOptions {
+    AttachOptions {
+        read_only,
+        // The backing filesystem already caches the file; a second cache in the device only
+        // costs memory (unless the volume's `directIO` says otherwise). Refused (tmpfs)
+        // means buffered.
+        direct_io: record.attributes.direct_io.unwrap_or(true),
+        block_size: 0,
+    }
+}
+
+/// The device node mounted at `path`, if a device of `found` is (its `st_rdev` says which).
+fn device_at(path: &Path, found: &Found) -> Option<Status> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    (found.ours.iter())
+        .find(|s| s.device.rdev() == meta.rdev())
+        .cloned()
+}
+
+/// Every mount of a device of `found`: where, and which device. A bind of `/dev/loopN` shows
+/// `loopN` as its root; its device number, read through the mount point, proves it.
+fn targets(table: &MountTable, found: &Found) -> Vec<(PathBuf, Status)> {
+    let names: Vec<String> = (found.ours.iter())
+        .map(|s| format!("loop{}", s.device.0))
+        .collect();
+    let mut seen = Vec::new();
+    for entry in table.entries() {
+        let named = (entry.root.as_deref())
+            .and_then(Path::file_name)
+            .is_some_and(|n| names.iter().any(|name| n == name.as_str()));
+        if named
+            && !seen.iter().any(|(p, _)| *p == entry.mount_point)
+            && let Some(status) = device_at(&entry.mount_point, found)
+        {
+            seen.push((entry.mount_point.clone(), status));
+        }
+    }
+    seen
+}
+
+/// Creates the target file publish binds onto (never its parent: that is the CO's).
+/// `Ok(true)`: created now.
+fn make_target_file(path: &Path) -> Result<bool, PublishError> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.file_type().is_file() => Ok(false),
+                _ => Err(PublishError::NotAFile {
+                    path: path.to_owned(),
+                }),
+            }
+        }
+        Err(source) => Err(PublishError::CreateMountPoint {
+            field: "target_path",
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Removes a target file publish created: only an empty regular file, never a symlink.
+fn remove_target_file(path: &Path) -> Result<(), PublishError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_file() && meta.len() == 0 => std::fs::remove_file(path)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+            .map_err(|source| PublishError::Io {
+                op: "remove",
+                field: "target_path",
+                path: path.to_owned(),
+                source,
+            }),
+        Ok(meta) if meta.is_dir() => crate::node_server::driver::publish::remove_mount_point(path),
+        Ok(_) => {
+            log::warn!(
+                "leaving {} in place: not the file publish made",
+                path.display()
+            );
+            Ok(())
+        }
+        Err(_) => Ok(()),
+    }
+}
+
+impl Driver {
+    /// A block volume's file.
+    pub fn image_of(&self, id: &str) -> PathBuf {
+        self.volumes.path_of(id).join(IMAGE)
+    }
+
+    fn found(&self, record: &Record) -> Result<Found, NodeError> {
+        Ok(loopdev::find(&self.image_of(&record.id))?)
+    }
+
+    /// NodeStageVolume: the volume's file on a loop device of ours, found or attached.
+    pub(in crate::node_server) fn stage_block(&self, record: &Record) -> Result<(), NodeError> {
+        let image = self.image_of(&record.id);
+        let (status, attached) = loopdev::find_or_attach(&image, options(record, false))?;
+        if attached {
+            log::debug!("staged block volume {} on {}", record.id, status.device);
+        }
+        Ok(())
+    }
+
+    /// NodeUnstageVolume: every device of ours for the file detached, once no target holds one.
+    pub(in crate::node_server) fn unstage_block(&self, record: &Record) -> Result<(), NodeError> {
+        let image = self.image_of(&record.id);
+        if !image.exists() {
+            return Ok(());
+        }
+        let found = self.found(record)?;
+        let table = self.mounter.mount_table()?;
+        if let Some((at, _)) = targets(&table, &found).into_iter().next() {
+            return Err(NodeError::Volume(VolumeError::InUse {
+                id: record.id.clone(),
+                at,
+            }));
+        }
+        for status in &found.ours {
+            loopdev::detach(status.device, &image)?;
+        }
+        if !found.ours.is_empty() {
+            log::debug!("unstaged block volume {}", record.id);
+        }
+        Ok(())
+    }
+
+    /// NodePublishVolume: the staged device (or, read-only, a read-only device of its own)
+    /// bind-mounted onto the target file, which is created. Returns whether anything was done.
+    pub(in crate::node_server) fn publish_block(
+        &self,
+        record: &Record,
+        staging: Option<&Path>,
+        target: &Path,
+        readonly: bool,
+        exclusive: bool,
+    ) -> Result<bool, NodeError> {
+        let image = self.image_of(&record.id);
+        let found = self.found(record)?;
+        let Some(staged) = found.ours.iter().find(|s| !s.read_only).cloned() else {
+            return Err(PublishError::NotStaged {
+                staging: staging.unwrap_or(&image).to_owned(),
+            }
+            .into());
+        };
+        let table = self.mounter.mount_table()?;
+        let published = targets(&table, &found);
+        if let Some((_, status)) = published.iter().find(|(at, _)| at == target) {
+            let ro_mount = table.mounted_at(target).is_some_and(|e| e.is_readonly());
+            if status.read_only == readonly && ro_mount == readonly {
+                return Ok(false);
+            }
+            return Err(PublishError::OtherOptions {
+                field: "target_path",
+                path: target.to_owned(),
+                options: if status.read_only { "ro" } else { "rw" }.into(),
+            }
+            .into());
+        }
+        if table.mounted_at(target).is_some() {
+            return Err(PublishError::OtherMount {
+                field: "target_path",
+                path: target.to_owned(),
+            }
+            .into());
+        }
+        if exclusive && let Some((at, _)) = published.first() {
+            return Err(PublishError::PublishedElsewhere { at: at.clone() }.into());
+        }
+        let (device, attached) = match readonly {
+            false => (staged, false),
+            true => loopdev::find_or_attach(&image, options(record, true))?,
+        };
+        let created = make_target_file(target)?;
+        let bound = self
+            .mounter
+            .bind_file(&device.device.path(), target, readonly);
+        if let Err(e) = bound {
+            if created {
+                let _ = remove_target_file(target);
+            }
+            if attached && let Err(left) = loopdev::detach(device.device, &image) {
+                log::warn!("read-only device of a failed publish stays: {left}");
+            }
+            return Err(PublishError::Mount(e).into());
+        }
+        Ok(true)
+    }
+
+    /// NodeUnpublishVolume: every mount of the volume's devices stacked at the target undone,
+    /// the target file removed, and a read-only device no other target holds detached.
+    pub(in crate::node_server) fn unpublish_block(
+        &self,
+        record: &Record,
+        target: &Path,
+    ) -> Result<(), NodeError> {
+        let found = self.found(record)?;
+        let mut unmounted = None;
+        while self.mounter.mount_table()?.mounted_at(target).is_some() {
+            let Some(status) = device_at(target, &found) else {
+                return Err(PublishError::ForeignMount {
+                    field: "target_path",
+                    path: target.to_owned(),
+                }
+                .into());
+            };
+            self.mounter.unmount(target)?;
+            unmounted = Some(status);
+        }
+        remove_target_file(target)?;
+        let Some(status) = unmounted else {
+            return Ok(());
+        };
+        log::debug!(
+            "unpublished block volume {} from {}",
+            record.id,
+            target.display()
+        );
+        let table = self.mounter.mount_table()?;
+        let still_used = (targets(&table, &found).iter()).any(|(_, s)| s.device == status.device);
+        if status.read_only && !still_used {
+            // Open in a pod still: it stays until unstage, which reports that.
+            if let Err(e) = loopdev::detach(status.device, &self.image_of(&record.id)) {
+                log::info!(
+                    "read-only device of volume {} stays for now: {e}",
+                    record.id
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// NodeGetVolumeStats: the capacity (a block device has no used or free space to tell),
+    /// healthy when a device of the volume is at the path.
+    pub(in crate::node_server) fn block_stats(
+        &self,
+        record: &Record,
+        path: &Path,
+    ) -> Result<Stats, NodeError> {
+        let found = self.found(record)?;
+        let abnormal = match device_at(path, &found) {
+            Some(_) => None,
+            None => Some(format!(
+                "no loop device of block volume {} is at {}",
+                record.id,
+                path.display()
+            )),
+        };
+        Ok(Stats {
+            statvfs: None,
+            hold: None,
+            abnormal,
+            block_capacity: Some(record.capacity),
+        })
+    }
+
+    /// NodeExpandVolume: the file grown to the recorded size (if a crash left it behind) and
+    /// every device of ours told its new size; returns the size the devices now have.
+    pub(in crate::node_server) fn expand_block_on_node(
+        &self,
+        record: &Record,
+    ) -> Result<u64, NodeError> {
+        let image = self.image_of(&record.id);
+        loopdev::grow_backing_file(&image, record.capacity)?;
+        let mut size = record.capacity;
+        for status in &self.found(record)?.ours {
+            size = loopdev::refresh_capacity(status.device, &image)?;
+        }
+        Ok(size)
+    }
+
+    /// Whether a block volume's file is attached anywhere (ours or someone else's): deleting
+    /// it then would pull the data from under a device.
+    pub(in crate::node_server) fn block_user(
+        &self,
+        record: &Record,
+    ) -> Result<Option<PathBuf>, loopdev::LoopError> {
+        let image = self.image_of(&record.id);
+        if !image.exists() {
+            return Ok(None);
+        }
+        let found = loopdev::find(&image)?;
+        Ok((found.ours.iter().chain(&found.foreign))
+            .map(|s| s.device.path())
+            .next())
+    }
+
+    /// ControllerModifyVolume's `directIO`, switched on every attached device of the volume.
+    pub(in crate::node_server) fn apply_direct_io(
+        &self,
+        record: &Record,
+    ) -> Result<(), loopdev::LoopError> {
+        let Some(on) = record.attributes.direct_io else {
+            return Ok(());
+        };
+        let image = self.image_of(&record.id);
+        for status in loopdev::find(&image)?.ours {
+            if status.direct_io != on && !loopdev::set_direct_io(status.device, &image, on)? {
+                log::info!(
+                    "{} of volume {} stays buffered: its file cannot do direct I/O",
+                    status.device,
+                    record.id
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a block volume is copied: what its staged devices acknowledged is on disk.
+    pub(in crate::node_server) fn flush_block(
+        &self,
+        record: &Record,
+    ) -> Result<(), loopdev::LoopError> {
+        let image = self.image_of(&record.id);
+        if !image.exists() {
+            return Ok(());
+        }
+        for status in loopdev::find(&image)?.ours.iter().filter(|s| !s.read_only) {
+            loopdev::flush(status.device)?;
+        }
+        Ok(())
+    }
+}

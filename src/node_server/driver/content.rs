@@ -1,0 +1,131 @@
+//! CreateVolume's content sources: a restore from a snapshot, a clone of a volume. The source
+//! is held as a copy source (so it cannot be deleted while it is copied) and its tree is copied,
+//! with reflinks where the filesystem shares extents, into the volume directory that the
+//! normal create path prepared ([`Volumes::create_with`](crate::node_server::state::volumes::Volumes::create_with)):
+//! a restored or cloned volume is made like any other, with its content added before its
+//! record, so whatever that path gives the directory (its mode, a quota project that every
+//! copied file inherits) it gives these too. A crash before the record leaves a directory
+//! without one, which the next start-up removes.
+
+use std::path::{Path, PathBuf};
+
+use crate::linux::copy::{self, Options, SkipReason};
+use crate::linux::loopdev;
+use crate::node_server::driver::Driver;
+use crate::node_server::driver::block::IMAGE;
+use crate::node_server::driver::error::ControllerError;
+use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
+use crate::node_server::state::volumes::{ContentSource, VolumeError};
+
+/// A content source, found and held.
+pub struct Content {
+    /// Its tree: a snapshot's data or a volume's directory.
+    dir: PathBuf,
+    /// The least size a volume made from it may have.
+    pub size: u64,
+    /// A block volume's (or its snapshot's): its tree is the volume's file.
+    pub block: bool,
+    _reading: Reading,
+}
+
+impl Driver {
+    /// Finds and holds the source of a restore or clone.
+    pub(in crate::node_server) fn content(
+        &self,
+        source: &ContentSource,
+    ) -> Result<Content, ControllerError> {
+        let not_found = |kind, id: &str| ControllerError::SourceNotFound {
+            kind,
+            id: id.to_owned(),
+        };
+        // Held first, so a source found below cannot be deleted before it is copied.
+        match source {
+            ContentSource::Snapshot(id) => {
+                let reading = self.sources.read(&snapshot_key(id))?;
+                let snapshot = self
+                    .snapshots
+                    .get(id)
+                    .ok_or_else(|| not_found("snapshot", id))?;
+                Ok(Content {
+                    dir: self.snapshots.path_of(id),
+                    size: snapshot.size,
+                    block: snapshot.block,
+                    _reading: reading,
+                })
+            }
+            ContentSource::Volume(id) => {
+                let reading = self.sources.read(&volume_key(id))?;
+                let volume = self
+                    .volumes
+                    .get(id)
+                    .ok_or_else(|| not_found("volume", id))?;
+                if volume.block {
+                    self.flush_block(&volume)?;
+                }
+                Ok(Content {
+                    dir: self.volumes.path_of(id),
+                    size: volume.capacity,
+                    block: volume.block,
+                    _reading: reading,
+                })
+            }
+        }
+    }
+}
+
+impl Driver {
+    /// A new block volume's directory: private (only node-server reaches the file), holding
+    /// the file — the source's, copied with reflinks where the filesystem shares extents and
+    /// sparse elsewhere, then grown to `capacity` — or a new sparse one of exactly `capacity`.
+    pub(in crate::node_server) fn fill_block(
+        &self,
+        dir: &Path,
+        content: Option<&Content>,
+        capacity: u64,
+    ) -> Result<(), ControllerError> {
+        use std::os::unix::fs::PermissionsExt;
+        let image = dir.join(IMAGE);
+        match content {
+            Some(content) => {
+                content.fill(dir)?;
+                loopdev::grow_backing_file(&image, capacity)?;
+            }
+            None => {
+                loopdev::create_backing_file(&image, capacity)?;
+            }
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(
+            |source| VolumeError::Io {
+                op: "set the mode of",
+                path: dir.to_owned(),
+                source,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+impl Content {
+    /// Copies the source's tree into the new volume's empty directory `dir`.
+    pub fn fill(&self, dir: &Path) -> Result<(), ControllerError> {
+        let report = copy::copy_tree_into(&self.dir, dir, Options::default())?;
+        for skipped in &report.skipped {
+            if skipped.reason == SkipReason::MountPoint {
+                log::warn!(
+                    "{} is a mount point inside {}; not copied",
+                    skipped.path.display(),
+                    self.dir.display()
+                );
+            }
+        }
+        log::debug!(
+            "copied {} into {}: {} files, {} bytes, {} reflinked",
+            self.dir.display(),
+            dir.display(),
+            report.files,
+            report.bytes,
+            report.bytes_reflinked
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! What each service's operations can fail with, in the domain's words. The handlers map these
+//! to gRPC codes in one table per service (`node::status`, `controller::status`), next to the
+//! calls, so the code of every failure can be checked against the CSI spec in one place.
+
+use std::path::PathBuf;
+
+use crate::linux::copy::CopyError;
+use crate::linux::loopdev::LoopError;
+use crate::linux::mount::MountError;
+use crate::node_server::driver::publish::PublishError;
+use crate::node_server::state::attributes::ParameterError;
+use crate::node_server::state::sources::SourceBusy;
+use crate::node_server::state::store::StoreError;
+use crate::node_server::state::volumes::VolumeError;
+use crate::quantity::QuantityError;
+
+/// Blocking work that never reported back (it panicked or was cancelled).
+#[derive(Debug, thiserror::Error)]
+#[error("worker failed: {0}")]
+pub struct WorkerError(#[from] pub tokio::task::JoinError);
+
+/// A failed Node service operation.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    #[error(
+        "{field} {} overlaps the state directory {}",
+        path.display(),
+        state_dir.display()
+    )]
+    OverlapsState {
+        field: &'static str,
+        path: PathBuf,
+        state_dir: PathBuf,
+    },
+    /// A target that resolves to (or into) the staging path, or the other way round.
+    #[error(
+        "target_path {} and staging_target_path {} are the same or one is inside the other",
+        target.display(),
+        staging.display()
+    )]
+    TargetNestedWithStaging { target: PathBuf, staging: PathBuf },
+    #[error("the parent directory of {field} does not exist")]
+    MissingParent { field: &'static str },
+    /// A stats or expand path that is not there: the volume is not there, as the spec words it.
+    #[error("{field} {value:?} does not exist")]
+    PathNotFound { field: &'static str, value: String },
+    #[error("volume {id} does not exist, and {field} {} is mounted", path.display())]
+    UnknownButMounted {
+        id: String,
+        field: &'static str,
+        path: PathBuf,
+    },
+    #[error("volume {id} exists and is not an ephemeral volume")]
+    NotEphemeral { id: String },
+    #[error(transparent)]
+    EphemeralSize(QuantityError),
+    #[error("statistics of {}: {source}", dir.display())]
+    Stats {
+        dir: PathBuf,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// A block capability for a filesystem volume, or the other way round.
+    #[error("volume {id} is a {is} volume; it cannot be used with {asked} access")]
+    AccessType {
+        id: String,
+        is: &'static str,
+        asked: &'static str,
+    },
+    #[error(transparent)]
+    Loop(#[from] LoopError),
+}
+
+/// "block" or "mount", for messages.
+pub fn access_name(block: bool) -> &'static str {
+    if block { "block" } else { "mount" }
+}
+
+/// A failed Controller service operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error("volume {name:?} exists with {capacity} bytes, outside the range asked for")]
+    NameTaken { name: String, capacity: u64 },
+    #[error("volume {id} has {capacity} bytes and cannot shrink to {limit}")]
+    WouldShrink {
+        id: String,
+        capacity: u64,
+        limit: u64,
+    },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// A restore from a snapshot, or a clone of a volume, that is not there.
+    #[error("{kind} {id} does not exist")]
+    SourceNotFound { kind: &'static str, id: String },
+    #[error("the source holds {size} bytes; limit_bytes {limit} is smaller")]
+    SourceTooLarge { size: u64, limit: u64 },
+    #[error("volume {name:?} exists with another content source")]
+    OtherSource { name: String },
+    #[error(transparent)]
+    SourceBusy(#[from] SourceBusy),
+    #[error("copy the content source: {0}")]
+    Copy(#[from] CopyError),
+    /// A mutable parameter that is not ours or not well-formed.
+    #[error(transparent)]
+    Parameter(#[from] ParameterError),
+    /// A parameter this volume (or this node) cannot apply: the spec's "exceeds capabilities".
+    #[error("{key} cannot be applied to {what}: {why}")]
+    CannotApply {
+        key: &'static str,
+        what: String,
+        why: String,
+    },
+    #[error("volume {name:?} exists with {is} access")]
+    OtherAccessType { name: String, is: &'static str },
+    /// A restore or clone whose source is of the other access type.
+    #[error("the content source is a {is} volume's; it cannot fill a {asked} volume")]
+    SourceAccessType {
+        is: &'static str,
+        asked: &'static str,
+    },
+    #[error(
+        "{size} bytes, rounded up to whole 512-byte sectors for a block volume, exceeds limit_bytes {limit}"
+    )]
+    BlockSize { size: u64, limit: u64 },
+    #[error(transparent)]
+    Loop(#[from] LoopError),
+    #[error("volume {name:?} exists with other mutable parameters ({existing:?})")]
+    OtherAttributes {
+        name: String,
+        existing: std::collections::HashMap<String, String>,
+    },
+}
+
+/// A failed snapshot or group snapshot operation.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error("snapshot {id} does not exist")]
+    NotFound { id: String },
+    #[error("snapshot {name:?} exists for another source volume, {source_volume}")]
+    NameTaken { name: String, source_volume: String },
+    #[error(
+        "snapshot {id} belongs to group snapshot {group}: delete it with \
+         DeleteVolumeGroupSnapshot"
+    )]
+    InGroup { id: String, group: String },
+    #[error("group snapshot {id} does not exist")]
+    GroupNotFound { id: String },
+    #[error("group snapshot {name:?} exists for other source volumes")]
+    GroupNameTaken { name: String },
+    #[error("snapshot_ids do not match the members of group snapshot {id}")]
+    MembersDiffer { id: String },
+    #[error("snapshot_ids is required (the members of group snapshot {id})")]
+    SnapshotIdsRequired { id: String },
+    #[error(transparent)]
+    SourceBusy(#[from] SourceBusy),
+    #[error("snapshot of {} failed: {source}", from.display())]
+    Copy {
+        from: PathBuf,
+        #[source]
+        source: CopyError,
+    },
+    #[error("remove snapshot data: {0}")]
+    Remove(CopyError),
+    #[error("flush the block volume's device before the copy: {0}")]
+    Flush(#[from] LoopError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}

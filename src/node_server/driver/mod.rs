@@ -1,0 +1,449 @@
+//! The plugin itself, below the gRPC handlers: its configuration, its volumes and its mounter,
+//! and every operation the Node and Controller services perform on them. Operations block
+//! (syscalls, fsync); handlers run them through [`Driver::locked`], the one way to take a
+//! volume's lock and do blocking work while holding it.
+
+pub(super) mod block;
+pub(super) mod content;
+pub(super) mod ephemeral;
+pub mod error;
+pub(super) mod modify;
+pub mod publish;
+pub(super) mod snapshots;
+pub(super) mod volumes;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::grpc::validate;
+use super::{Config, ConfigError};
+use crate::linux::mount::{MountOptions, Mounter};
+use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
+use crate::node_server::state::snapshots::Snapshots;
+use crate::node_server::state::sources::Sources;
+use crate::node_server::state::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
+use crate::node_server::state::volumes::{ContentSource, Record, VolumeError, Volumes};
+use crate::proto::csi::{Topology, Volume, VolumeContentSource, volume_content_source};
+use publish::Publication;
+
+/// State shared by the Node, Controller and Identity services.
+pub struct Driver {
+    /// As given, except that `state_dir` is canonical: mount points in mountinfo are.
+    pub(super) config: Config,
+    pub(super) volumes: Arc<Volumes>,
+    pub(super) mounter: Arc<dyn Mounter>,
+    pub(super) snapshots: Snapshots,
+    /// Volumes and snapshots being copied from or deleted.
+    pub(super) sources: Arc<Sources>,
+}
+
+/// Why the plugin could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{op} state directory {}: {source}", path.display())]
+    StateDir {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Volumes(#[from] VolumeError),
+    /// `--quota=on` where sizes cannot be enforced.
+    #[error(transparent)]
+    Quota(#[from] QuotaRefused),
+    #[error(transparent)]
+    Snapshots(#[from] SnapshotError),
+}
+
+/// A NodePublishVolume request after validation.
+#[derive(Debug)]
+pub struct PublishRequest {
+    pub id: String,
+    pub target: PathBuf,
+    /// `None` only for an ephemeral volume, which is not staged.
+    pub staging: Option<PathBuf>,
+    pub options: MountOptions,
+    /// SINGLE_NODE_SINGLE_WRITER.
+    pub exclusive: bool,
+    pub group: Option<u32>,
+    /// The volume context of an ephemeral inline volume.
+    pub ephemeral: Option<std::collections::HashMap<String, String>>,
+    /// Block access: the device at a target file, not a directory.
+    pub block: bool,
+}
+
+/// What NodeGetVolumeStats reports: the filesystem's figures (if the directory is there),
+/// how the volume's size holds (its own usage and limit, or why it is not enforced) and,
+/// when the volume is not healthy at the path, why.
+pub struct Stats {
+    pub statvfs: Option<nix::sys::statvfs::Statvfs>,
+    /// `None` when the directory is missing.
+    pub hold: Option<Hold>,
+    pub abnormal: Option<String>,
+    /// A block volume's size: all there is to report of a device.
+    pub block_capacity: Option<u64>,
+}
+
+impl Driver {
+    /// Opens the state directory (creating it), loads every volume record, and checks the
+    /// configuration.
+    pub fn open(mut config: Config, mounter: Arc<dyn Mounter>) -> Result<Self, OpenError> {
+        config.check()?;
+        let dir = &config.state_dir;
+        let fail = |op| {
+            move |source| OpenError::StateDir {
+                op,
+                path: dir.clone(),
+                source,
+            }
+        };
+        std::fs::create_dir_all(dir).map_err(fail("create"))?;
+        let canonical = dir.canonicalize().map_err(fail("resolve"))?;
+        config.state_dir = canonical;
+        // Decided before the records load, so a refusal is the only thing said.
+        let data_dir = Volumes::data_dir_of(&config.state_dir)?;
+        let quotas = VolumeQuotas::start(&data_dir, config.quota)?;
+        let volumes = Volumes::open_with(&config.state_dir, config.capacity, quotas)?;
+        volumes.remove_unrecorded()?;
+        let snapshots = Snapshots::open(&config.state_dir)?;
+        volumes.charge_loaded(snapshots.total_bytes());
+        Ok(Self {
+            config,
+            volumes,
+            mounter,
+            snapshots,
+            sources: Sources::new(),
+        })
+    }
+
+    /// Takes the lock on `key` (a volume ID, or `name/<name>`), then runs `work` on the
+    /// blocking pool while holding it; a second call on the same key meanwhile is refused.
+    pub async fn locked<T, E>(
+        self: &Arc<Self>,
+        key: &str,
+        work: impl FnOnce(&Driver) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<VolumeError> + From<WorkerError> + Send + 'static,
+    {
+        let busy = self.volumes.lock(key)?;
+        self.unlocked(move |driver| {
+            let _busy = busy;
+            work(driver)
+        })
+        .await
+    }
+
+    /// Runs `work` on the blocking pool without a lock: for reads that change nothing.
+    pub async fn unlocked<T, E>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Driver) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<WorkerError> + Send + 'static,
+    {
+        let driver = Arc::clone(self);
+        tokio::task::spawn_blocking(move || work(&driver))
+            .await
+            .map_err(|e| E::from(WorkerError(e)))?
+    }
+
+    fn topology_key(&self) -> String {
+        format!("topology.{}/node", self.config.driver_name)
+    }
+
+    /// This node as a topology segment: local volumes are reachable only here.
+    pub fn topology(&self) -> Topology {
+        Topology {
+            segments: [(self.topology_key(), self.config.node_id.clone())].into(),
+        }
+    }
+
+    /// Whether a topology from a request can be this node (a missing key does not exclude).
+    pub fn matches(&self, topology: &Topology) -> bool {
+        topology
+            .segments
+            .get(&self.topology_key())
+            .is_none_or(|node| *node == self.config.node_id)
+    }
+
+    /// A record as the CO sees it: pinned to this node.
+    pub fn volume(&self, record: &Record) -> Volume {
+        use volume_content_source::{SnapshotSource, Type, VolumeSource};
+        let source = record.source.clone().map(|source| match source {
+            ContentSource::Snapshot(snapshot_id) => Type::Snapshot(SnapshotSource { snapshot_id }),
+            ContentSource::Volume(volume_id) => Type::Volume(VolumeSource { volume_id }),
+        });
+        Volume {
+            capacity_bytes: i64::try_from(record.capacity).unwrap_or(i64::MAX),
+            volume_id: record.id.clone(),
+            volume_context: Default::default(),
+            content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+            accessible_topology: vec![self.topology()],
+        }
+    }
+
+    /// A mount point from a request, resolved; refused inside or above the state directory,
+    /// where a mount could cover or be deleted with volume data.
+    fn mount_point(&self, field: &'static str, path: &Path) -> Result<Option<PathBuf>, NodeError> {
+        let resolved = publish::resolve(field, path)?;
+        let state_dir = &self.config.state_dir;
+        if let Some(real) = &resolved
+            && (real.starts_with(state_dir) || state_dir.starts_with(real))
+        {
+            return Err(NodeError::OverlapsState {
+                field,
+                path: path.to_owned(),
+                state_dir: state_dir.clone(),
+            });
+        }
+        Ok(resolved)
+    }
+
+    /// A mount point whose parent must exist.
+    fn existing_mount_point(&self, field: &'static str, path: &Path) -> Result<PathBuf, NodeError> {
+        self.mount_point(field, path)?
+            .ok_or(NodeError::MissingParent { field })
+    }
+
+    // ---- Node service ----
+
+    pub fn stage(
+        &self,
+        id: &str,
+        staging: &Path,
+        options: MountOptions,
+        group: Option<u32>,
+        block: bool,
+    ) -> Result<(), NodeError> {
+        let record = self.volumes.known(id)?;
+        let staging = self.existing_mount_point("staging_target_path", staging)?;
+        access(&record, block)?;
+        if record.block {
+            return self.stage_block(&record);
+        }
+        if let Some(gid) = group {
+            self.volumes.set_group(id, gid)?;
+        }
+        let dir = self.volumes.path_of(id);
+        if publish::stage(&*self.mounter, &dir, &staging, options)? {
+            log::debug!("staged volume {id} at {}", staging.display());
+        }
+        Ok(())
+    }
+
+    pub fn unstage(&self, id: &str, staging: &Path) -> Result<(), NodeError> {
+        let field = "staging_target_path";
+        let Some(staging) = self.mount_point(field, staging)? else {
+            return Ok(());
+        };
+        let Some(record) = self.volumes.get(id) else {
+            return self.unknown_volume_at(id, field, &staging, false);
+        };
+        if record.block {
+            return self.unstage_block(&record);
+        }
+        let dir = self.volumes.path_of(id);
+        if publish::unmount_volume(&*self.mounter, field, &staging, &dir)? {
+            log::debug!("unstaged volume {id} from {}", staging.display());
+        }
+        Ok(())
+    }
+
+    pub fn publish(&self, req: &PublishRequest) -> Result<(), NodeError> {
+        let id = &req.id;
+        let record = match &req.ephemeral {
+            None => Some(self.volumes.known(id)?),
+            Some(_) if req.block => {
+                return Err(NodeError::AccessType {
+                    id: id.clone(),
+                    is: "mount (an ephemeral inline)",
+                    asked: "block",
+                });
+            }
+            Some(_) => None,
+        };
+        if let Some(record) = &record {
+            access(record, req.block)?;
+        }
+        let target = self.existing_mount_point("target_path", &req.target)?;
+        let staging = match &req.staging {
+            Some(path) => Some(self.mount_point("staging_target_path", path)?.ok_or_else(
+                || publish::PublishError::NotStaged {
+                    staging: path.clone(),
+                },
+            )?),
+            None => None,
+        };
+        // Checked on the request's paths already; resolved, a symlink could still nest them.
+        if let Some(staging) = &staging
+            && validate::nested(&target, staging)
+        {
+            return Err(NodeError::TargetNestedWithStaging {
+                target,
+                staging: staging.clone(),
+            });
+        }
+        if let Some(record) = record.as_ref().filter(|r| r.block) {
+            let options = &req.options;
+            let done = self.publish_block(
+                record,
+                staging.as_deref(),
+                &target,
+                options.readonly,
+                req.exclusive,
+            )?;
+            if done {
+                log::debug!("published block volume {id} at {}", target.display());
+            }
+            return Ok(());
+        }
+        let created = match &req.ephemeral {
+            Some(context) => ephemeral::open(&self.volumes, id, context)?.1,
+            None => false,
+        };
+        let dir = self.volumes.path_of(id);
+        let publication = Publication {
+            dir: &dir,
+            staging: staging.as_deref(),
+            target: &target,
+            options: req.options,
+            exclusive: req.exclusive,
+        };
+        let result = req
+            .group
+            .map_or(Ok(()), |gid| self.volumes.set_group(id, gid))
+            .map_err(NodeError::from)
+            .and_then(|()| Ok(publish::publish(&*self.mounter, &publication)?));
+        match result {
+            Ok(true) => log::debug!("published volume {id} at {}", target.display()),
+            Ok(false) => {}
+            Err(e) => {
+                if created {
+                    // Do not leave behind an ephemeral volume nobody will unpublish.
+                    ephemeral::remove(&self.volumes, &*self.mounter, id)?;
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn unpublish(&self, id: &str, target: &Path) -> Result<(), NodeError> {
+        let field = "target_path";
+        let Some(target) = self.mount_point(field, target)? else {
+            // No parent, so nothing can be mounted there; an ephemeral volume still goes.
+            return ephemeral::remove(&self.volumes, &*self.mounter, id);
+        };
+        let Some(record) = self.volumes.get(id) else {
+            return self.unknown_volume_at(id, field, &target, true);
+        };
+        if record.block {
+            return self.unpublish_block(&record, &target);
+        }
+        let dir = self.volumes.path_of(id);
+        if publish::unmount_volume(&*self.mounter, field, &target, &dir)? {
+            log::debug!("unpublished volume {id} from {}", target.display());
+        }
+        publish::remove_mount_point(&target)?;
+        ephemeral::remove(&self.volumes, &*self.mounter, id)
+    }
+
+    /// An unpublish or unstage for a volume we do not know: done already if nothing is
+    /// mounted there (a retry after success, say), refused if something is.
+    fn unknown_volume_at(
+        &self,
+        id: &str,
+        field: &'static str,
+        path: &Path,
+        remove: bool,
+    ) -> Result<(), NodeError> {
+        if self.mounter.mount_table()?.mounted_at(path).is_some() {
+            return Err(NodeError::UnknownButMounted {
+                id: id.to_owned(),
+                field,
+                path: path.to_owned(),
+            });
+        }
+        if remove {
+            publish::remove_mount_point(path)?;
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self, id: &str, volume_path: &str) -> Result<Stats, NodeError> {
+        let record = self.volumes.known(id)?;
+        let path = existing_path(volume_path)?;
+        if record.block {
+            return self.block_stats(&record, &path);
+        }
+        let dir = self.volumes.path_of(id);
+        let table = self.mounter.mount_table()?;
+        let source = table.locate(&dir).map_err(VolumeError::from)?;
+        let statvfs = match nix::sys::statvfs::statvfs(&dir) {
+            Ok(stat) => Some(stat),
+            Err(nix::errno::Errno::ENOENT) => None,
+            Err(source) => return Err(NodeError::Stats { dir, source }),
+        };
+        let abnormal = match (&statvfs, table.mounted_at(&path)) {
+            (None, _) => Some(format!("volume directory {} is missing", dir.display())),
+            (Some(_), Some(entry)) if entry.shows(&source) => None,
+            _ => Some(format!("volume is not mounted at {}", path.display())),
+        };
+        // Stats are polled; a quota that cannot be read is reported, not an error.
+        let hold = statvfs.as_ref().map(|_| {
+            self.volumes.hold(&record).unwrap_or_else(|e| {
+                Hold::Accounted(format!(
+                    "its project quota cannot be read ({e}): these are the filesystem's figures"
+                ))
+            })
+        });
+        Ok(Stats {
+            statvfs,
+            hold,
+            abnormal,
+            block_capacity: None,
+        })
+    }
+
+    /// NodeExpandVolume: a directory has no filesystem to grow, so the size is the one
+    /// ControllerExpandVolume already accounted; its limit is (re)applied at once. A block
+    /// volume's devices are told the size its file grew to.
+    pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
+        let record = self.volumes.known(id)?;
+        existing_path(volume_path)?;
+        if record.block {
+            return self.expand_block_on_node(&record);
+        }
+        self.volumes.apply_limit(&record)?;
+        Ok(record.capacity)
+    }
+}
+
+/// A request's access type against the volume's: the spec's "exceeds capabilities".
+fn access(record: &Record, block: bool) -> Result<(), NodeError> {
+    if record.block == block {
+        return Ok(());
+    }
+    Err(NodeError::AccessType {
+        id: record.id.clone(),
+        is: access_name(record.block),
+        asked: access_name(block),
+    })
+}
+
+/// A path from a stats or expand request that must exist; resolved, because mount points in
+/// the mount table are canonical.
+fn existing_path(value: &str) -> Result<PathBuf, NodeError> {
+    let not_found = || NodeError::PathNotFound {
+        field: "volume_path",
+        value: value.to_owned(),
+    };
+    let path = validate::normalise(value).map_err(|_| not_found())?;
+    std::fs::canonicalize(path).map_err(|_| not_found())
+}

@@ -1,0 +1,75 @@
+//! ControllerModifyVolume: a volume's mutable attributes (see [`attributes`](crate::node_server::state::attributes))
+//! changed while it may be in use, and the check that a volume (or this node) can hold the
+//! attributes asked for, shared with CreateVolume.
+
+use crate::node_server::driver::Driver;
+use crate::node_server::driver::error::ControllerError;
+use crate::node_server::state::attributes::{Attributes, DIRECT_IO, INODE_LIMIT, ROOT_MODE};
+use crate::node_server::state::volumes::Record;
+
+impl Driver {
+    /// Applies the attributes `change` names to volume `id`, keeping the others; idempotent
+    /// (the same change again applies the same values again). The caller holds its lock.
+    pub fn modify(&self, id: &str, change: Attributes) -> Result<Record, ControllerError> {
+        let record = self.volumes.known(id)?;
+        self.check_attributes(&change, Some(&record), record.block)?;
+        let attributes = record.attributes.with(change);
+        let record = self.volumes.set_attributes(id, attributes)?;
+        if record.block {
+            self.apply_direct_io(&record)?;
+        }
+        Ok(record)
+    }
+
+    /// Whether `wanted` can hold on `volume` (`None`: a volume about to be created here).
+    pub(in crate::node_server) fn check_attributes(
+        &self,
+        wanted: &Attributes,
+        volume: Option<&Record>,
+        block: bool,
+    ) -> Result<(), ControllerError> {
+        let kind = if block { "block volume" } else { "volume" };
+        let what = || match volume {
+            Some(record) => format!("{kind} {}", record.id),
+            None => format!("a new {kind}"),
+        };
+        if block && (wanted.inode_limit.is_some() || wanted.root_mode.is_some()) {
+            let key = if wanted.inode_limit.is_some() {
+                INODE_LIMIT
+            } else {
+                ROOT_MODE
+            };
+            return Err(ControllerError::CannotApply {
+                key,
+                what: what(),
+                why: "a block volume is a device, with no directory or inodes of its own".into(),
+            });
+        }
+        if !block && wanted.direct_io.is_some() {
+            return Err(ControllerError::CannotApply {
+                key: DIRECT_IO,
+                what: what(),
+                why: "it is a directory; only block volumes have a loop device".into(),
+            });
+        }
+        if wanted.inode_limit.is_none() {
+            return Ok(());
+        }
+        let cannot = |why: String| ControllerError::CannotApply {
+            key: INODE_LIMIT,
+            what: what(),
+            why,
+        };
+        if let Some(why) = self.volumes.quota_reason() {
+            return Err(cannot(format!("it is a project quota limit, and {why}")));
+        }
+        if volume.is_some_and(|r| r.project_id.is_none()) {
+            return Err(cannot(
+                "the volume has no project quota (it was created while sizes were not \
+                 enforced)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! Stage, publish, unpublish and unstage as bind mounts, decided from the mount table.
+//!
+//! A volume's *source* is where its data directory really lives (filesystem and path inside
+//! it). A mount "is this volume" exactly when it shows that source, so every answer —
+//! already staged? published compatibly? still in use? — comes from the kernel, after a
+//! restart as much as before it. Every function here blocks.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use crate::linux::mount::{MountError, MountOptions, Mounter};
+use crate::linux::mountinfo::{MountTable, Source, Unlocatable};
+
+/// Why a mount point or a mount cannot be what a request asks; each names the request field
+/// and the path.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("{field} has no parent")]
+    NoParent { field: &'static str },
+    #[error("{field} {} is a symbolic link", path.display())]
+    Symlink { field: &'static str, path: PathBuf },
+    #[error("{field} {} exists and is not a directory", path.display())]
+    NotADirectory { field: &'static str, path: PathBuf },
+    /// A block volume's target that is there already and is not a regular file.
+    #[error("target_path {} exists and is not a regular file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("create {field} {}: {source}", path.display())]
+    CreateMountPoint {
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "volume is already mounted at {field} {} with other options ({options})",
+        path.display()
+    )]
+    OtherOptions {
+        field: &'static str,
+        path: PathBuf,
+        options: String,
+    },
+    #[error("{field} {} already holds another mount", path.display())]
+    OtherMount { field: &'static str, path: PathBuf },
+    #[error(
+        "volume is not staged at {}: NodeStageVolume must succeed first",
+        staging.display()
+    )]
+    NotStaged { staging: PathBuf },
+    #[error("SINGLE_NODE_SINGLE_WRITER volume is already published at {}", at.display())]
+    PublishedElsewhere { at: PathBuf },
+    #[error(
+        "{field} {} holds a mount that is not this volume; leaving it alone",
+        path.display()
+    )]
+    ForeignMount { field: &'static str, path: PathBuf },
+    #[error(transparent)]
+    Unlocatable(#[from] Unlocatable),
+    #[error("{op} {field} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+}
+
+/// Resolves a request path the way the kernel will see it: symlinks in the parent are
+/// followed (mount points in mountinfo are canonical), a symlink as the last component is
+/// refused (a mount there would land wherever it points). `Ok(None)`: the parent is missing.
+pub fn resolve(field: &'static str, path: &Path) -> Result<Option<PathBuf>, PublishError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(PublishError::NoParent { field });
+    };
+    let parent = match std::fs::canonicalize(parent) {
+        Ok(parent) => parent,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(PublishError::Io {
+                op: "resolve",
+                field,
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let resolved = parent.join(name);
+    match std::fs::symlink_metadata(&resolved) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(PublishError::Symlink {
+            field,
+            path: path.to_owned(),
+        }),
+        _ => Ok(Some(resolved)),
+    }
+}
+
+/// Creates the mount point itself (never its parents: those are the CO's).
+fn make_mount_point(field: &'static str, path: &Path) -> Result<(), PublishError> {
+    match std::fs::create_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            _ => Err(PublishError::NotADirectory {
+                field,
+                path: path.to_owned(),
+            }),
+        },
+        Err(source) => Err(PublishError::CreateMountPoint {
+            field,
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Checks an existing mount at `path` against a request: `Ok(true)` when it is this volume
+/// with compatible options (nothing to do), `Ok(false)` when nothing is mounted there.
+fn already_there(
+    table: &MountTable,
+    field: &'static str,
+    path: &Path,
+    source: &Source,
+    options: &MountOptions,
+) -> Result<bool, PublishError> {
+    match table.mounted_at(path) {
+        None => Ok(false),
+        Some(entry) if entry.shows(source) && options.satisfied_by(entry) => Ok(true),
+        Some(entry) if entry.shows(source) => Err(PublishError::OtherOptions {
+            field,
+            path: path.to_owned(),
+            options: entry.options.join(","),
+        }),
+        Some(_) => Err(PublishError::OtherMount {
+            field,
+            path: path.to_owned(),
+        }),
+    }
+}
+
+/// Binds the volume directory `dir` on `staging`. Returns whether anything was done.
+pub fn stage(
+    mounter: &dyn Mounter,
+    dir: &Path,
+    staging: &Path,
+    options: MountOptions,
+) -> Result<bool, PublishError> {
+    let table = mounter.mount_table()?;
+    let source = table.locate(dir)?;
+    if already_there(&table, "staging_target_path", staging, &source, &options)? {
+        return Ok(false);
+    }
+    make_mount_point("staging_target_path", staging)?;
+    mounter.bind(dir, staging, options)?;
+    Ok(true)
+}
+
+/// What to publish and how.
+#[derive(Debug)]
+pub struct Publication<'a> {
+    /// The volume's data directory.
+    pub dir: &'a Path,
+    /// Where the volume is staged; `None` binds the data directory itself (ephemeral).
+    pub staging: Option<&'a Path>,
+    pub target: &'a Path,
+    pub options: MountOptions,
+    /// SINGLE_NODE_SINGLE_WRITER: no other target may hold the volume.
+    pub exclusive: bool,
+}
+
+/// Binds the staged volume on the target. Returns whether anything was done.
+pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<bool, PublishError> {
+    let table = mounter.mount_table()?;
+    let source = table.locate(p.dir)?;
+    if already_there(&table, "target_path", p.target, &source, &p.options)? {
+        return Ok(false);
+    }
+    if let Some(staging) = p.staging
+        && !table.mounted_at(staging).is_some_and(|e| e.shows(&source))
+    {
+        return Err(PublishError::NotStaged {
+            staging: staging.to_owned(),
+        });
+    }
+    if p.exclusive
+        && let Some(other) = table
+            .mounts_from(&source)
+            .find(|e| e.shows(&source) && Some(e.mount_point.as_path()) != p.staging)
+    {
+        return Err(PublishError::PublishedElsewhere {
+            at: other.mount_point.clone(),
+        });
+    }
+    make_mount_point("target_path", p.target)?;
+    mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options)?;
+    Ok(true)
+}
+
+/// Unmounts every mount of this volume stacked at `path`; refuses to touch a mount that is
+/// not this volume. Returns whether anything was unmounted.
+pub fn unmount_volume(
+    mounter: &dyn Mounter,
+    field: &'static str,
+    path: &Path,
+    dir: &Path,
+) -> Result<bool, PublishError> {
+    let table = mounter.mount_table()?;
+    let source = table.locate(dir)?;
+    // Mounts stacked at `path`, topmost first: unmounting one uncovers the next, so one read
+    // of the table tells what each unmount will leave visible.
+    let stacked = table
+        .entries()
+        .iter()
+        .rev()
+        .filter(|e| e.mount_point == path);
+    let mut unmounted = false;
+    for entry in stacked {
+        if !entry.shows(&source) {
+            return Err(PublishError::ForeignMount {
+                field,
+                path: path.to_owned(),
+            });
+        }
+        mounter.unmount(path)?;
+        unmounted = true;
+    }
+    Ok(unmounted)
+}
+
+/// Removes the target directory publish created: only if empty, never following a symlink.
+/// Leftover content means someone wrote into the bare mount point; it is kept and reported.
+pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
+    match std::fs::remove_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DirectoryNotEmpty | ErrorKind::NotADirectory
+            ) =>
+        {
+            log::warn!("leaving {} in place: {e}", path.display());
+            Ok(())
+        }
+        Err(source) => Err(PublishError::Io {
+            op: "remove",
+            field: "target_path",
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// The first place a directory is mounted on or from, if any: deleting it then would
+/// delete through a mount.
+pub fn first_user(table: &MountTable, dir: &Path) -> Result<Option<PathBuf>, Unlocatable> {
+    let source = table.locate(dir)?;
+    Ok(table
+        .mounts_from(&source)
+        .chain(table.mounts_under(dir))
+        .map(|e| e.mount_point.clone())
+        .next())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+//! The Controller service's volume operations on the [`Driver`]: CreateVolume (empty,
+//! restored or cloned; a directory or a block volume's file), DeleteVolume and
+//! ControllerExpandVolume.
+
+use crate::linux::loopdev;
+use crate::node_server::driver::Driver;
+use crate::node_server::driver::error::{ControllerError, access_name};
+use crate::node_server::state::attributes::Attributes;
+use crate::node_server::state::capacity;
+use crate::node_server::state::sources::volume_key;
+use crate::node_server::state::volumes::{ContentSource, Record, VolumeError};
+
+impl Driver {
+    /// CreateVolume: the volume of that name if its size, content source and attributes are
+    /// the ones asked for, else a new one, restored or cloned from `source` if one is given,
+    /// with `attributes` applied.
+    pub fn create(
+        &self,
+        name: &str,
+        required: u64,
+        limit: u64,
+        source: Option<ContentSource>,
+        attributes: Attributes,
+        block: bool,
+    ) -> Result<Record, ControllerError> {
+        match self.volumes.find_name(name) {
+            Some(existing) if existing.block != block => Err(ControllerError::OtherAccessType {
+                name: name.to_owned(),
+                is: access_name(existing.block),
+            }),
+            Some(existing) if existing.source != source => Err(ControllerError::OtherSource {
+                name: name.to_owned(),
+            }),
+            Some(existing) if !existing.attributes.agrees_with(&attributes) => {
+                Err(ControllerError::OtherAttributes {
+                    name: name.to_owned(),
+                    existing: existing.attributes.to_map(),
+                })
+            }
+            Some(existing) if capacity::satisfies(existing.capacity, required, limit) => {
+                Ok(existing)
+            }
+            Some(existing) => Err(ControllerError::NameTaken {
+                name: name.to_owned(),
+                capacity: existing.capacity,
+            }),
+            None => {
+                self.check_attributes(&attributes, None, block)?;
+                let content = source.as_ref().map(|s| self.content(s)).transpose()?;
+                if let Some(content) = content.as_ref().filter(|c| c.block != block) {
+                    return Err(ControllerError::SourceAccessType {
+                        is: access_name(content.block),
+                        asked: access_name(block),
+                    });
+                }
+                let source_size = content.as_ref().map(|c| c.size);
+                let capacity = capacity::size_with_source(required, limit, source_size).ok_or(
+                    ControllerError::SourceTooLarge {
+                        size: source_size.unwrap_or_default(),
+                        limit,
+                    },
+                )?;
+                let capacity = if block {
+                    whole_sectors(capacity, limit)?
+                } else {
+                    capacity
+                };
+                let record = Record {
+                    id: self.volumes.new_id(),
+                    name: name.to_owned(),
+                    capacity,
+                    source,
+                    attributes,
+                    block,
+                    ..Default::default()
+                };
+                self.volumes.create_with(record.clone(), |dir| {
+                    if block {
+                        return self.fill_block(dir, content.as_ref(), capacity);
+                    }
+                    if let Some(content) = &content {
+                        content.fill(dir)?;
+                    }
+                    // After the copy, which may have carried the source's root mode.
+                    Ok(self.volumes.apply_root_mode(&record)?)
+                })
+            }
+        }
+    }
+
+    /// DeleteVolume: gone already is fine. Refused (ABORTED) while the volume is being copied
+    /// (a snapshot, a clone); its snapshots stay.
+    pub fn delete(&self, id: &str) -> Result<(), ControllerError> {
+        if self.volumes.get(id).is_none() {
+            return Ok(());
+        }
+        let _deleting = self.sources.delete(&volume_key(id))?;
+        if let Some(record) = self.volumes.get(id).filter(|r| r.block)
+            && let Some(at) = self.block_user(&record)?
+        {
+            return Err(VolumeError::InUse {
+                id: id.to_owned(),
+                at,
+            }
+            .into());
+        }
+        let table = self.mounter.mount_table()?;
+        Ok(self.volumes.delete(id, &table)?)
+    }
+
+    /// ControllerExpandVolume: grows the accounted size to `required`, never shrinks (a block
+    /// volume's file with it, in whole sectors). Also says whether the node must expand too.
+    pub fn expand(
+        &self,
+        id: &str,
+        required: u64,
+        limit: u64,
+    ) -> Result<(u64, bool), ControllerError> {
+        let record = self.volumes.known(id)?;
+        if record.block {
+            let required = whole_sectors(required, limit)?;
+            let capacity = self.expand_accounted(&record, required, limit)?;
+            loopdev::grow_backing_file(&self.image_of(id), capacity)?;
+            return Ok((capacity, true));
+        }
+        Ok((self.expand_accounted(&record, required, limit)?, false))
+    }
+
+    fn expand_accounted(
+        &self,
+        record: &Record,
+        required: u64,
+        limit: u64,
+    ) -> Result<u64, ControllerError> {
+        let id = &record.id;
+        if limit > 0 && record.capacity > limit {
+            return Err(ControllerError::WouldShrink {
+                id: id.to_owned(),
+                capacity: record.capacity,
+                limit,
+            });
+        }
+        if required <= record.capacity {
+            // A retry after a failed expansion: the record grew, the limit may not have.
+            self.volumes.apply_limit(record)?;
+            return Ok(record.capacity);
+        }
+        Ok(self.volumes.resize(id, required)?.capacity)
+    }
+}
+
+/// A block volume's size: whole 512-byte sectors, the loop device's unit, within `limit`.
+fn whole_sectors(size: u64, limit: u64) -> Result<u64, ControllerError> {
+    let rounded = size.max(1).next_multiple_of(512);
+    if limit > 0 && rounded > limit {
+        return Err(ControllerError::BlockSize { size, limit });
+    }
+    Ok(rounded)
+}

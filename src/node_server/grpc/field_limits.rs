@@ -1,0 +1,331 @@
+//! The CSI spec's size limits ("Field Requirements › Size Limits"), checked first by the
+//! handlers of the Node and Controller volume calls (those that implement [`SizeLimits`]; the
+//! snapshot and group calls do not check them yet), so that an over-long field is INVALID_ARGUMENT before anything is looked up,
+//! kept or written: strings at most 128 bytes and maps at most 4 KiB, unless the field says
+//! otherwise — paths (`staging_target_path`, `target_path`, `volume_path`) may be as long as
+//! the OS allows, and `mount_flags` may total 4 KiB.
+//!
+//! A map's size is the sum of its keys' and values' bytes. `ListVolumes.starting_token` is
+//! left to its decoding (ABORTED when not ours): our tokens are the hex of an ID, so a
+//! kubelet's 68-byte inline-volume ID makes a 136-byte token.
+//!
+//! Whole messages are bounded before they are decoded: [`MAX_REQUEST`].
+
+use std::collections::HashMap;
+
+use tonic::Status;
+
+use crate::proto::csi::*;
+
+pub use crate::csi_spec::{MAX_MAP, MAX_MOUNT_FLAGS, MAX_PATH, MAX_STRING};
+
+/// The largest request node-server decodes. The largest legal fixed-shape request,
+/// NodePublishVolume, encodes to about 58 KiB (three 4 KiB maps at 12 KiB each with two-byte
+/// keys, 4 KiB of one-byte mount flags at 12 KiB, two 4 KiB paths; a test pins it); the rest
+/// is room for CreateVolume's repeated capabilities and topologies (some 1,500 terms from an
+/// external-provisioner without `--strict-topology`). A larger message is refused with
+/// RESOURCE_EXHAUSTED from its 5-byte length prefix, before it is buffered.
+pub const MAX_REQUEST: usize = 256 << 10;
+
+/// A request whose fields are checked against the spec's limits.
+pub trait SizeLimits {
+    fn check_sizes(&self) -> Result<(), Status>;
+}
+
+fn too_long(field: &str, size: usize, limit: usize, what: &str) -> Status {
+    Status::invalid_argument(format!(
+        "{field} is {size} bytes{what}; the CSI spec allows at most {limit}"
+    ))
+}
+
+fn string(field: &str, value: &str) -> Result<(), Status> {
+    match value.len() {
+        n if n > MAX_STRING => Err(too_long(field, n, MAX_STRING, "")),
+        _ => Ok(()),
+    }
+}
+
+fn path(field: &str, value: &str) -> Result<(), Status> {
+    match value.len() {
+        n if n >= MAX_PATH => Err(too_long(field, n, MAX_PATH - 1, " (a path)")),
+        _ => Ok(()),
+    }
+}
+
+fn map(field: &str, value: &HashMap<String, String>) -> Result<(), Status> {
+    let size = value.iter().map(|(k, v)| k.len() + v.len()).sum();
+    match size {
+        n if n > MAX_MAP => Err(too_long(field, n, MAX_MAP, " of keys and values")),
+        _ => Ok(()),
+    }
+}
+
+fn capability(field: &str, cap: &VolumeCapability) -> Result<(), Status> {
+    let Some(volume_capability::AccessType::Mount(mount)) = &cap.access_type else {
+        return Ok(());
+    };
+    string(&format!("{field}.mount.fs_type"), &mount.fs_type)?;
+    string(
+        &format!("{field}.mount.volume_mount_group"),
+        &mount.volume_mount_group,
+    )?;
+    let flags: usize = mount.mount_flags.iter().map(String::len).sum();
+    if flags > MAX_MOUNT_FLAGS {
+        return Err(too_long(
+            &format!("{field}.mount.mount_flags"),
+            flags,
+            MAX_MOUNT_FLAGS,
+            " in all",
+        ));
+    }
+    Ok(())
+}
+
+fn capabilities(field: &str, caps: &[VolumeCapability]) -> Result<(), Status> {
+    caps.iter().try_for_each(|cap| capability(field, cap))
+}
+
+fn topologies(field: &str, topologies: &[Topology]) -> Result<(), Status> {
+    (topologies.iter()).try_for_each(|t| map(&format!("{field}.segments"), &t.segments))
+}
+
+impl SizeLimits for CreateVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("name", &self.name)?;
+        capabilities("volume_capabilities", &self.volume_capabilities)?;
+        map("parameters", &self.parameters)?;
+        map("secrets", &self.secrets)?;
+        map("mutable_parameters", &self.mutable_parameters)?;
+        if let Some(source) = self
+            .volume_content_source
+            .as_ref()
+            .and_then(|s| s.r#type.as_ref())
+        {
+            match source {
+                volume_content_source::Type::Snapshot(s) => {
+                    string("volume_content_source.snapshot.snapshot_id", &s.snapshot_id)?
+                }
+                volume_content_source::Type::Volume(v) => {
+                    string("volume_content_source.volume.volume_id", &v.volume_id)?
+                }
+            }
+        }
+        if let Some(wanted) = &self.accessibility_requirements {
+            topologies("accessibility_requirements.requisite", &wanted.requisite)?;
+            topologies("accessibility_requirements.preferred", &wanted.preferred)?;
+        }
+        Ok(())
+    }
+}
+
+impl SizeLimits for DeleteVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for ValidateVolumeCapabilitiesRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("volume_context", &self.volume_context)?;
+        capabilities("volume_capabilities", &self.volume_capabilities)?;
+        map("parameters", &self.parameters)?;
+        map("secrets", &self.secrets)?;
+        map("mutable_parameters", &self.mutable_parameters)
+    }
+}
+
+impl SizeLimits for GetCapacityRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        capabilities("volume_capabilities", &self.volume_capabilities)?;
+        map("parameters", &self.parameters)?;
+        topologies("accessible_topology", self.accessible_topology.as_slice())
+    }
+}
+
+impl SizeLimits for ControllerExpandVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("secrets", &self.secrets)?;
+        capabilities("volume_capability", self.volume_capability.as_slice())
+    }
+}
+
+impl SizeLimits for ControllerModifyVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("secrets", &self.secrets)?;
+        map("mutable_parameters", &self.mutable_parameters)
+    }
+}
+
+impl SizeLimits for NodeStageVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("publish_context", &self.publish_context)?;
+        path("staging_target_path", &self.staging_target_path)?;
+        capabilities("volume_capability", self.volume_capability.as_slice())?;
+        map("secrets", &self.secrets)?;
+        map("volume_context", &self.volume_context)
+    }
+}
+
+impl SizeLimits for NodeUnstageVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        path("staging_target_path", &self.staging_target_path)
+    }
+}
+
+impl SizeLimits for NodePublishVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        map("publish_context", &self.publish_context)?;
+        path("staging_target_path", &self.staging_target_path)?;
+        path("target_path", &self.target_path)?;
+        capabilities("volume_capability", self.volume_capability.as_slice())?;
+        map("secrets", &self.secrets)?;
+        map("volume_context", &self.volume_context)
+    }
+}
+
+impl SizeLimits for NodeUnpublishVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        path("target_path", &self.target_path)
+    }
+}
+
+impl SizeLimits for NodeGetVolumeStatsRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        path("volume_path", &self.volume_path)?;
+        path("staging_target_path", &self.staging_target_path)
+    }
+}
+
+impl SizeLimits for NodeExpandVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        path("volume_path", &self.volume_path)?;
+        path("staging_target_path", &self.staging_target_path)?;
+        capabilities("volume_capability", self.volume_capability.as_slice())?;
+        map("secrets", &self.secrets)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn create(name: &str, parameters: &[(&str, usize)]) -> CreateVolumeRequest {
+        CreateVolumeRequest {
+            name: name.into(),
+            parameters: parameters
+                .iter()
+                .map(|(k, n)| (k.to_string(), "v".repeat(*n)))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn strings_may_be_128_bytes_and_no_more() {
+        assert!(create(&"a".repeat(128), &[]).check_sizes().is_ok());
+        let err = create(&"a".repeat(129), &[]).check_sizes().unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(
+            err.message(),
+            "name is 129 bytes; the CSI spec allows at most 128"
+        );
+        // Multi-byte characters count in bytes, as the spec's limit is in bytes.
+        assert!(create(&"é".repeat(65), &[]).check_sizes().is_err());
+    }
+
+    #[test]
+    fn a_map_may_hold_4_kib_of_keys_and_values_and_its_values_may_pass_128() {
+        assert!(create("n", &[("key", 4093)]).check_sizes().is_ok());
+        let err = create("n", &[("key", 4000), ("k2", 93)])
+            .check_sizes()
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(
+            err.message().starts_with("parameters is 4098 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn paths_may_be_as_long_as_the_os_allows() {
+        let unpublish = |n: usize| NodeUnpublishVolumeRequest {
+            volume_id: "v".into(),
+            target_path: format!("/{}", "p".repeat(n - 1)),
+        };
+        assert!(unpublish(4095).check_sizes().is_ok());
+        assert!(unpublish(4096).check_sizes().is_err());
+    }
+
+    #[test]
+    fn mount_flags_are_limited_in_total_and_nested_fields_are_named() {
+        let publish = |flags: Vec<String>| NodePublishVolumeRequest {
+            volume_capability: Some(VolumeCapability {
+                access_type: Some(volume_capability::AccessType::Mount(
+                    volume_capability::MountVolume {
+                        mount_flags: flags,
+                        ..Default::default()
+                    },
+                )),
+                access_mode: None,
+            }),
+            ..Default::default()
+        };
+        assert!(publish(vec!["x".repeat(100); 40]).check_sizes().is_ok());
+        let err = publish(vec!["x".repeat(100); 41])
+            .check_sizes()
+            .unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("volume_capability.mount.mount_flags is 4100 bytes in all"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_request_bound_holds_the_largest_legal_node_publish_three_times_over() {
+        use prost::Message;
+        // Two-byte keys and empty values give the most encoding per byte of content (one-byte
+        // ones more still, but there are only so many distinct ones).
+        let alphabet: Vec<char> = ('0'..='9').chain('a'..='z').chain('A'..='Z').collect();
+        let keys = alphabet
+            .iter()
+            .flat_map(|a| alphabet.iter().map(move |b| format!("{a}{b}")));
+        let map: HashMap<String, String> =
+            keys.take(MAX_MAP / 2).map(|k| (k, String::new())).collect();
+        let cap = VolumeCapability {
+            access_type: Some(volume_capability::AccessType::Mount(
+                volume_capability::MountVolume {
+                    fs_type: "f".repeat(MAX_STRING),
+                    mount_flags: vec!["x".into(); MAX_MOUNT_FLAGS],
+                    volume_mount_group: "g".repeat(MAX_STRING),
+                },
+            )),
+            access_mode: None,
+        };
+        let request = NodePublishVolumeRequest {
+            volume_id: "v".repeat(MAX_STRING),
+            publish_context: map.clone(),
+            staging_target_path: "/".repeat(MAX_PATH - 1),
+            target_path: "/".repeat(MAX_PATH - 1),
+            volume_capability: Some(cap),
+            readonly: true,
+            secrets: map.clone(),
+            volume_context: map,
+        };
+        request.check_sizes().expect("legal");
+        let size = request.encoded_len();
+        assert!((50 << 10..70 << 10).contains(&size), "{size} bytes");
+        assert!(size * 3 < MAX_REQUEST, "{size} bytes");
+    }
+}

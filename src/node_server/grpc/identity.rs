@@ -1,0 +1,84 @@
+//! The CSI Identity service: who we are, what we can do, and whether we are ready.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::node_server::driver::Driver;
+
+use crate::proto::csi::{
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
+    GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
+    identity_server::Identity, plugin_capability,
+};
+
+/// Answers Identity calls for the driver.
+pub struct IdentityService(pub(in crate::node_server) Arc<Driver>);
+
+fn service_capability(kind: plugin_capability::service::Type) -> PluginCapability {
+    PluginCapability {
+        r#type: Some(plugin_capability::Type::Service(
+            plugin_capability::Service {
+                r#type: kind as i32,
+            },
+        )),
+    }
+}
+
+/// Ready when the state directory exists and we may write to it: every volume call needs it.
+fn readiness(state_dir: &std::path::Path) -> nix::Result<()> {
+    nix::unistd::access(state_dir, nix::unistd::AccessFlags::W_OK)
+}
+
+#[tonic::async_trait]
+impl Identity for IdentityService {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        log::trace!("GetPluginInfo");
+        Ok(Response::new(GetPluginInfoResponse {
+            name: self.0.config.driver_name.clone(),
+            vendor_version: crate::cli::VERSION.to_owned(),
+            manifest: Default::default(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        use plugin_capability::{service::Type as Service, volume_expansion::Type as Expansion};
+        let online = PluginCapability {
+            r#type: Some(plugin_capability::Type::VolumeExpansion(
+                plugin_capability::VolumeExpansion {
+                    r#type: Expansion::Online as i32,
+                },
+            )),
+        };
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities: vec![
+                service_capability(Service::ControllerService),
+                service_capability(Service::VolumeAccessibilityConstraints),
+                service_capability(Service::GroupControllerService),
+                online,
+            ],
+        }))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        let state_dir = &self.0.config.state_dir;
+        let ready = match readiness(state_dir) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!(
+                    "not ready: state directory {} is not writable: {e}",
+                    state_dir.display()
+                );
+                false
+            }
+        };
+        log::trace!("Probe: ready={ready}");
+        Ok(Response::new(ProbeResponse { ready: Some(ready) }))
+    }
+}

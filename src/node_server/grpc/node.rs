@@ -1,0 +1,346 @@
+//! The CSI Node service: stage, publish, unpublish, unstage as bind mounts; stats, expansion,
+//! capabilities and node info. Each handler validates, runs its operation on the [`Driver`]
+//! under the volume's lock, and answers; [`status`] gives every failure its gRPC code.
+
+use std::sync::Arc;
+
+use tonic::{Code, Request, Response, Status};
+
+use crate::linux::loopdev::LoopError as L;
+use crate::linux::quota::QuotaError;
+use crate::node_server::driver::ephemeral::is_ephemeral;
+use crate::node_server::driver::error::NodeError;
+use crate::node_server::driver::publish::PublishError as P;
+use crate::node_server::driver::{Driver, PublishRequest};
+use crate::node_server::grpc::field_limits::SizeLimits;
+use crate::node_server::grpc::validate::{self, AccessMode};
+use crate::node_server::state::volume_quota::{Hold, Usage};
+use crate::node_server::state::volumes::VolumeError as V;
+use crate::proto::csi::{
+    NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
+    NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,
+    NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse, NodePublishVolumeRequest,
+    NodePublishVolumeResponse, NodeServiceCapability, NodeStageVolumeRequest,
+    NodeStageVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
+    NodeUnstageVolumeRequest, NodeUnstageVolumeResponse, VolumeCondition, VolumeUsage,
+    node_server::Node, node_service_capability, volume_usage,
+};
+
+pub struct NodeService(pub(in crate::node_server) Arc<Driver>);
+
+/// The gRPC code of every failure of a Node call, as the CSI spec's error tables for
+/// NodeStage/Unstage/Publish/Unpublish/GetVolumeStats/ExpandVolume name them. (Malformed
+/// requests are refused earlier, by `validate`, with INVALID_ARGUMENT.)
+fn status(error: NodeError) -> Status {
+    use NodeError as E;
+    let code = match &error {
+        E::OverlapsState { .. }
+        | E::TargetNestedWithStaging { .. }
+        | E::Publish(P::NoParent { .. })
+        | E::EphemeralSize(_) => Code::InvalidArgument,
+        // "Exceeds capabilities": a block capability for a directory, or the other way round.
+        E::AccessType { .. } => Code::FailedPrecondition,
+        // Another driver's or an administrator's device on the file, or a node that is not
+        // a loop device: never touched.
+        E::Loop(L::ForeignDevice { .. } | L::NotOurs { .. } | L::WrongDeviceNode { .. }) => {
+            Code::FailedPrecondition
+        }
+        // Still open (a pod's container not yet gone): the CO retries.
+        E::Loop(L::Busy { .. }) => Code::Aborted,
+        E::Loop(L::NoFreeDevice { .. }) => Code::ResourceExhausted,
+        E::Loop(_) => Code::Internal,
+        E::Volume(V::NotFound { .. }) | E::UnknownButMounted { .. } | E::PathNotFound { .. } => {
+            Code::NotFound
+        }
+        // "Volume published but is incompatible", or something else is mounted there.
+        E::Publish(P::OtherOptions { .. } | P::OtherMount { .. }) | E::NotEphemeral { .. } => {
+            Code::AlreadyExists
+        }
+        E::MissingParent { .. }
+        | E::Volume(V::InUse { .. })
+        | E::Publish(
+            P::Symlink { .. }
+            | P::NotADirectory { .. }
+            | P::NotAFile { .. }
+            | P::CreateMountPoint { .. }
+            | P::NotStaged { .. }
+            | P::PublishedElsewhere { .. }
+            | P::ForeignMount { .. },
+        ) => Code::FailedPrecondition,
+        // "Operation pending for volume".
+        E::Volume(V::Busy { .. }) => Code::Aborted,
+        // An ephemeral volume that does not fit, or no project ID left for it.
+        E::Volume(V::NoSpace { .. } | V::Quota(QuotaError::Exhausted { .. })) => {
+            Code::ResourceExhausted
+        }
+        E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
+        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
+        | E::Publish(P::Unlocatable(_) | P::Io { .. } | P::Mount(_))
+        | E::Stats { .. }
+        | E::Mount(_)
+        | E::Worker(_) => Code::Internal,
+    };
+    Status::new(code, error.to_string())
+}
+
+fn rpc(kind: node_service_capability::rpc::Type) -> NodeServiceCapability {
+    NodeServiceCapability {
+        r#type: Some(node_service_capability::Type::Rpc(
+            node_service_capability::Rpc {
+                r#type: kind as i32,
+            },
+        )),
+    }
+}
+
+fn usage(unit: volume_usage::Unit, total: u64, available: u64, used: u64) -> VolumeUsage {
+    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    VolumeUsage {
+        total: clamp(total),
+        available: clamp(available),
+        used: clamp(used),
+        unit: unit as i32,
+    }
+}
+
+/// Bytes and inodes of the filesystem a volume lives on (for a volume whose size is accounted,
+/// not enforced, the filesystem's figures are the true ones).
+fn usages(stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
+    let blocks = |n: u64| n.saturating_mul(stat.fragment_size());
+    vec![
+        usage(
+            volume_usage::Unit::Bytes,
+            blocks(stat.blocks()),
+            blocks(stat.blocks_available()),
+            blocks(stat.blocks().saturating_sub(stat.blocks_free())),
+        ),
+        usage(
+            volume_usage::Unit::Inodes,
+            stat.files(),
+            stat.files_available(),
+            stat.files().saturating_sub(stat.files_free()),
+        ),
+    ]
+}
+
+/// A volume's own bytes and inodes, from its project quota: the limit is the total. Without an
+/// inode limit, the inodes it can still take are the filesystem's.
+fn quota_usages(quota: &Usage, stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
+    let limit = quota.limits.bytes;
+    let (inodes, free_inodes) = match quota.limits.inodes {
+        0 => (stat.files(), stat.files_available()),
+        limit => (limit, limit.saturating_sub(quota.inodes)),
+    };
+    vec![
+        usage(
+            volume_usage::Unit::Bytes,
+            limit,
+            limit.saturating_sub(quota.bytes),
+            quota.bytes,
+        ),
+        usage(
+            volume_usage::Unit::Inodes,
+            inodes,
+            free_inodes,
+            quota.inodes,
+        ),
+    ]
+}
+
+/// The stats condition: healthy or not at the path, and what the figures are.
+fn condition(abnormal: Option<String>, hold: Option<&Hold>) -> VolumeCondition {
+    let sizes = match hold {
+        Some(Hold::Enforced { project_id, usage }) => format!(
+            "; its size is enforced: project quota {project_id}, limit {} bytes",
+            usage.limits.bytes
+        ),
+        Some(Hold::Accounted(why)) => format!("; the figures are the shared filesystem's ({why})"),
+        None => String::new(),
+    };
+    VolumeCondition {
+        abnormal: abnormal.is_some(),
+        message: abnormal.unwrap_or_else(|| "volume is mounted".into()) + &sizes,
+    }
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        let staging = validate::path("staging_target_path", &req.staging_target_path)?;
+        let cap = validate::capability(req.volume_capability.as_ref())?;
+        log::trace!("NodeStageVolume volume={id} staging={}", staging.display());
+        let options = cap.options(false)?;
+        let key = id.clone();
+        let work = move |d: &Driver| d.stage(&id, &staging, options, cap.group, cap.block);
+        self.0.locked(&key, work).await.map_err(status)?;
+        Ok(Response::new(NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        let staging = validate::path("staging_target_path", &req.staging_target_path)?;
+        log::trace!(
+            "NodeUnstageVolume volume={id} staging={}",
+            staging.display()
+        );
+        let key = id.clone();
+        let work = move |d: &Driver| d.unstage(&id, &staging);
+        self.0.locked(&key, work).await.map_err(status)?;
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        let target = validate::path("target_path", &req.target_path)?;
+        let cap = validate::capability(req.volume_capability.as_ref())?;
+        log::trace!(
+            "NodePublishVolume volume={id} target={} readonly={}",
+            target.display(),
+            req.readonly
+        );
+        let ephemeral = is_ephemeral(&req.volume_context);
+        let staging = match req.staging_target_path.as_str() {
+            "" if ephemeral => None,
+            "" => {
+                return Err(Status::failed_precondition(
+                    "staging_target_path is required: this plugin stages volumes",
+                ));
+            }
+            path => Some(validate::path("staging_target_path", path)?),
+        };
+        if let Some(staging) = staging.as_ref().filter(|_| !ephemeral)
+            && validate::nested(&target, staging)
+        {
+            return Err(Status::invalid_argument(format!(
+                "target_path {} and staging_target_path {} are the same or one is inside the \
+                 other: the volume cannot be published onto its own staging mount",
+                target.display(),
+                staging.display()
+            )));
+        }
+        let publish = PublishRequest {
+            id: id.clone(),
+            target,
+            // An ephemeral volume is bound from its directory: it was never staged.
+            staging: staging.filter(|_| !ephemeral),
+            options: cap.options(req.readonly)?,
+            exclusive: cap.mode == AccessMode::SingleNodeSingleWriter,
+            group: cap.group,
+            ephemeral: ephemeral.then_some(req.volume_context),
+            block: cap.block,
+        };
+        let work = move |d: &Driver| d.publish(&publish);
+        self.0.locked(&id, work).await.map_err(status)?;
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        let target = validate::path("target_path", &req.target_path)?;
+        log::trace!(
+            "NodeUnpublishVolume volume={id} target={}",
+            target.display()
+        );
+        let key = id.clone();
+        let work = move |d: &Driver| d.unpublish(&id, &target);
+        self.0.locked(&key, work).await.map_err(status)?;
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        validate::required("volume_path", &req.volume_path)?;
+        log::trace!("NodeGetVolumeStats volume={id}");
+        // No lock: reading statistics changes nothing and must not fail a concurrent call.
+        let work = move |d: &Driver| d.stats(&id, &req.volume_path);
+        let stats = self.0.unlocked(work).await.map_err(status)?;
+        let usage = match (&stats.statvfs, &stats.hold, stats.block_capacity) {
+            // A device has a size, and no used or free space of its own to tell.
+            (_, _, Some(capacity)) => vec![usage(volume_usage::Unit::Bytes, capacity, 0, 0)],
+            (Some(stat), Some(Hold::Enforced { usage, .. }), _) => quota_usages(usage, stat),
+            (Some(stat), _, _) => usages(stat),
+            (None, _, _) => Vec::new(),
+        };
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: Some(condition(stats.abnormal, stats.hold.as_ref())),
+        }))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        let req = request.into_inner();
+        req.check_sizes()?;
+        let id = validate::volume_id(&req.volume_id)?.to_owned();
+        validate::required("volume_path", &req.volume_path)?;
+        validate::capacity_range(req.capacity_range.as_ref())?;
+        log::trace!("NodeExpandVolume volume={id}");
+        let key = id.clone();
+        let work = move |d: &Driver| d.expand_on_node(&id, &req.volume_path);
+        let capacity = self.0.locked(&key, work).await.map_err(status)?;
+        Ok(Response::new(NodeExpandVolumeResponse {
+            capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
+        }))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        use node_service_capability::rpc::Type;
+        log::trace!("NodeGetCapabilities");
+        Ok(Response::new(NodeGetCapabilitiesResponse {
+            capabilities: [
+                Type::StageUnstageVolume,
+                Type::GetVolumeStats,
+                Type::ExpandVolume,
+                Type::VolumeCondition,
+                Type::SingleNodeMultiWriter,
+                Type::VolumeMountGroup,
+            ]
+            .into_iter()
+            .map(rpc)
+            .collect(),
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        log::trace!("NodeGetInfo");
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.0.config.node_id.clone(),
+            max_volumes_per_node: self.0.config.max_volumes_per_node,
+            accessible_topology: Some(self.0.topology()),
+        }))
+    }
+}

@@ -1,0 +1,21 @@
+//! What node-server keeps: the records of its volumes and snapshots under `--state-dir`, written
+//! atomically, and what lives beside them in memory (per-volume locks, copy sources in use).
+//!
+//! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
+//! - [`volumes`] — the volumes this node owns: records, data directories, capacity accounting,
+//!   per-volume try-locks, the one create path.
+//! - [`snapshots`] — snapshot and group records, their data, start-up recovery, and cutting
+//!   them with the copy engine.
+//! - [`sources`] — volumes and snapshots being copied from, which may not be deleted meanwhile.
+//! - [`capacity`] — choosing a volume's size from a CSI range; how much is left to provision.
+//! - [`attributes`] — the mutable parameters a VolumeAttributesClass may set.
+//! - [`volume_quota`] — what volumes get from project quotas: a project and a limit each,
+//!   released at deletion, their own usage for stats.
+
+pub mod attributes;
+pub mod capacity;
+pub mod snapshots;
+pub mod sources;
+pub mod store;
+pub mod volume_quota;
+pub mod volumes;

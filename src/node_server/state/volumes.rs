@@ -1,0 +1,494 @@
+//! The volumes this node owns: their records (persisted by [`Store`]), their data directories
+//! under `<state-dir>/volumes/`, capacity accounting (and enforcement, through
+//! [`VolumeQuotas`]), and per-volume locks.
+//!
+//! Locks are try-locks: a second call on a volume while one is running gets ABORTED at once
+//! (the CSI rule; the CO retries), and calls on different volumes never wait for each other.
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::linux::mountinfo::{MountTable, Unlocatable};
+use crate::linux::quota::QuotaError;
+use crate::node_server::driver::publish;
+use crate::node_server::state::attributes::Attributes;
+use crate::node_server::state::capacity;
+pub use crate::node_server::state::store::{ContentSource, Record};
+use crate::node_server::state::store::{Store, StoreError, sync_dir};
+use crate::node_server::state::volume_quota::{Hold, VolumeQuotas};
+
+/// What can go wrong with the volumes themselves; each variant names the volume, the sizes or
+/// the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("an operation on {key} is already in progress")]
+    Busy { key: String },
+    #[error("volume {id} does not exist")]
+    NotFound { id: String },
+    #[error("{asked} bytes asked for, {available} available")]
+    NoSpace { asked: u64, available: u64 },
+    #[error("growing by {growth} bytes does not fit: {available} available")]
+    NoRoomToGrow { growth: u64, available: u64 },
+    #[error("volume {id} is in use: mounted at {}", at.display())]
+    InUse { id: String, at: PathBuf },
+    #[error(transparent)]
+    Unlocatable(#[from] Unlocatable),
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
+}
+
+/// `map_err(io("remove", path))`: an I/O error with its operation and path.
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
+    move |source| VolumeError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: BTreeMap<String, Record>,
+    busy: HashSet<String>,
+    /// Sizes of volumes being filled (restores, clones) whose records are not written yet.
+    reserved: u64,
+    /// Bytes `--capacity` spends outside volumes: the data snapshots hold.
+    charged: u64,
+}
+
+#[derive(Debug)]
+pub struct Volumes {
+    data_dir: PathBuf,
+    store: Store,
+    /// `--capacity`; `None` means "the free space of the filesystem".
+    total: Option<u64>,
+    inner: Mutex<Inner>,
+    /// Held while a decision spends capacity (create, expand), so two of them cannot both
+    /// take the last free bytes.
+    provisioning: Mutex<()>,
+    quotas: VolumeQuotas,
+}
+
+/// The size of a volume being filled, counted as allocated until its record is; dropping it
+/// gives the size back (the record, if written, counts it from then on).
+struct Reservation<'a> {
+    volumes: &'a Volumes,
+    bytes: u64,
+}
+
+impl<'a> Reservation<'a> {
+    fn new(volumes: &'a Volumes, bytes: u64) -> Self {
+        let mut inner = volumes.inner();
+        inner.reserved = inner.reserved.saturating_add(bytes);
+        drop(inner);
+        Self { volumes, bytes }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.volumes.inner();
+        inner.reserved = inner.reserved.saturating_sub(self.bytes);
+    }
+}
+
+/// An operation in progress on one volume (or one volume name); dropping it ends it.
+#[derive(Debug)]
+pub struct Busy {
+    volumes: Arc<Volumes>,
+    key: String,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.volumes.inner().busy.remove(&self.key);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the data consistent, so a panic elsewhere does not
+    // make it unusable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Volumes {
+    /// Opens the state directory (which must be canonical) and loads every record; sizes
+    /// are accounted, not enforced.
+    pub fn open(state_dir: &Path, total: Option<u64>) -> Result<Arc<Self>, VolumeError> {
+        Self::open_with(state_dir, total, VolumeQuotas::off())
+    }
+
+    /// The directory volume directories are made in (`<state-dir>/volumes`), created.
+    pub fn data_dir_of(state_dir: &Path) -> Result<PathBuf, VolumeError> {
+        let data_dir = state_dir.join("volumes");
+        std::fs::create_dir_all(&data_dir).map_err(io("create", &data_dir))?;
+        Ok(data_dir)
+    }
+
+    /// [`Self::open`], with sizes held as `quotas` decided; the recorded volumes are put back
+    /// under their limits.
+    pub fn open_with(
+        state_dir: &Path,
+        total: Option<u64>,
+        quotas: VolumeQuotas,
+    ) -> Result<Arc<Self>, VolumeError> {
+        let data_dir = Self::data_dir_of(state_dir)?;
+        let (store, loaded) = Store::<Record>::open(state_dir.join("meta"))?;
+        log::info!(
+            "loaded {} volume record(s) from {}",
+            loaded.len(),
+            state_dir.display()
+        );
+        let dirs: Vec<PathBuf> = loaded.iter().map(|r| data_dir.join(&r.id)).collect();
+        quotas.adopt(dirs.iter().map(PathBuf::as_path).zip(&loaded));
+        let records = loaded.into_iter().map(|r| (r.id.clone(), r)).collect();
+        Ok(Arc::new(Self {
+            data_dir,
+            store,
+            total,
+            inner: Mutex::new(Inner {
+                records,
+                busy: HashSet::new(),
+                ..Inner::default()
+            }),
+            provisioning: Mutex::new(()),
+            quotas,
+        }))
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        lock(&self.inner)
+    }
+
+    /// The data directory of a volume (which may not exist).
+    pub fn path_of(&self, id: &str) -> PathBuf {
+        self.data_dir.join(id)
+    }
+
+    /// Starts an operation on `key`, or refuses at once if one is running.
+    pub fn lock(self: &Arc<Self>, key: &str) -> Result<Busy, VolumeError> {
+        if !self.inner().busy.insert(key.to_owned()) {
+            return Err(VolumeError::Busy {
+                key: key.to_owned(),
+            });
+        }
+        Ok(Busy {
+            volumes: Arc::clone(self),
+            key: key.to_owned(),
+        })
+    }
+
+    pub fn get(&self, id: &str) -> Option<Record> {
+        self.inner().records.get(id).cloned()
+    }
+
+    /// A volume that must exist.
+    pub fn known(&self, id: &str) -> Result<Record, VolumeError> {
+        self.get(id)
+            .ok_or_else(|| VolumeError::NotFound { id: id.to_owned() })
+    }
+
+    pub fn find_name(&self, name: &str) -> Option<Record> {
+        let inner = self.inner();
+        inner.records.values().find(|r| r.name == name).cloned()
+    }
+
+    /// Up to `max` records (0: all) in ID order from `start`, and the ID that follows them.
+    pub fn page(&self, start: Option<&str>, max: usize) -> (Vec<Record>, Option<String>) {
+        let inner = self.inner();
+        let mut iter = inner
+            .records
+            .range(start.unwrap_or_default().to_owned()..)
+            .map(|(_, r)| r);
+        let limit = if max == 0 { usize::MAX } else { max };
+        let page: Vec<Record> = iter.by_ref().take(limit).cloned().collect();
+        (page, iter.next().map(|r| r.id.clone()))
+    }
+
+    /// Bytes still free for new volumes.
+    pub fn available(&self) -> Result<u64, VolumeError> {
+        let allocated = {
+            let inner = self.inner();
+            (inner.records.values())
+                .fold(0u64, |sum, r| sum.saturating_add(r.capacity))
+                .saturating_add(inner.reserved)
+                .saturating_add(inner.charged)
+        };
+        capacity::available(self.total, allocated, &self.data_dir)
+            .map_err(io("measure free space of", &self.data_dir))
+    }
+
+    /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
+    /// while a record or a directory of that name exists.
+    pub fn new_id(&self) -> String {
+        crate::node_server::state::store::new_id("vol-", |id| {
+            self.inner().records.contains_key(id) || self.path_of(id).exists()
+        })
+    }
+
+    /// Creates a volume's directory and record if its size fits. The caller holds the lock on
+    /// the ID or name.
+    pub fn create(&self, record: Record) -> Result<Record, VolumeError> {
+        self.create_with(record, |_| Ok(()))
+    }
+
+    /// Creates a volume like [`create`](Self::create), with `fill` giving the prepared
+    /// directory its first content (a restore, a clone) before the record promises it. Where
+    /// sizes are enforced the directory is put in a project of its own, limited to the
+    /// capacity, before `fill`, so what it copies is charged to the volume. The size is
+    /// reserved while `fill` runs, so other creates neither wait for a long copy nor take the
+    /// bytes it needs; if `fill` fails, the directory and its project go and nothing is
+    /// recorded. A crash before the record leaves a directory that the next start removes
+    /// (its project ID, held by no record, is then free again).
+    pub fn create_with<E: From<VolumeError>>(
+        &self,
+        mut record: Record,
+        fill: impl FnOnce(&Path) -> Result<(), E>,
+    ) -> Result<Record, E> {
+        let dir = self.path_of(&record.id);
+        let reservation = {
+            let _provisioning = lock(&self.provisioning);
+            let available = self.available()?;
+            if record.capacity > available {
+                return Err(VolumeError::NoSpace {
+                    asked: record.capacity,
+                    available,
+                }
+                .into());
+            }
+            // A block volume's file cannot outgrow its size: it needs no project.
+            if !record.block {
+                record.project_id = self.quotas.allocate().map_err(VolumeError::from)?;
+            }
+            if let Err(e) = self.make_dir(&dir) {
+                self.quotas.abandon(&dir, &record);
+                return Err(e.into());
+            }
+            Reservation::new(self, record.capacity)
+        };
+        let filled = (self.quotas.assign(&dir, &record))
+            .map_err(|e| E::from(e.into()))
+            .and_then(|()| fill(&dir));
+        if let Err(e) = filled {
+            self.quotas.abandon(&dir, &record);
+            if let Err(left) = crate::linux::copy::remove_tree(&dir) {
+                log::error!("volume {} failed to fill; removing it: {left}", record.id);
+            }
+            return Err(e);
+        }
+        // The directory must be durable before the record that promises it.
+        sync_dir(&self.data_dir).map_err(VolumeError::from)?;
+        if let Err(e) = self.store.save(&record) {
+            self.quotas.abandon(&dir, &record);
+            let _ = crate::linux::copy::remove_tree(&dir);
+            return Err(VolumeError::from(e).into());
+        }
+        self.inner()
+            .records
+            .insert(record.id.clone(), record.clone());
+        drop(reservation);
+        log::info!(
+            "created volume {} ({} bytes{}{}{}{})",
+            record.id,
+            record.capacity,
+            if record.ephemeral { ", ephemeral" } else { "" },
+            if record.block { ", block" } else { "" },
+            record
+                .project_id
+                .map(|id| format!(", project quota {id}"))
+                .unwrap_or_default(),
+            match &record.source {
+                Some(ContentSource::Snapshot(id)) => format!(", restored from {id}"),
+                Some(ContentSource::Volume(id)) => format!(", cloned from {id}"),
+                None => String::new(),
+            }
+        );
+        Ok(record)
+    }
+
+    /// A new volume's directory, world-writable (made durable, with its content, before its
+    /// record).
+    fn make_dir(&self, dir: &Path) -> Result<(), VolumeError> {
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            // Left by a crash between mkdir and the record: the same volume, still empty.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io("create", dir)(e)),
+        }
+        // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
+        // the group when the CO asks.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(io("set mode of", dir))
+    }
+
+    /// Counts `bytes` held outside volumes (a snapshot's data) against `--capacity`, if they
+    /// fit; without `--capacity` the filesystem's free space already shows them.
+    pub fn charge(&self, bytes: u64) -> Result<(), VolumeError> {
+        let _provisioning = lock(&self.provisioning);
+        if self.total.is_some() {
+            let available = self.available()?;
+            if bytes > available {
+                return Err(VolumeError::NoSpace {
+                    asked: bytes,
+                    available,
+                });
+            }
+        }
+        self.charge_loaded(bytes);
+        Ok(())
+    }
+
+    /// Counts bytes already on disk (snapshots found at start-up), fitting or not.
+    pub fn charge_loaded(&self, bytes: u64) {
+        let mut inner = self.inner();
+        inner.charged = inner.charged.saturating_add(bytes);
+    }
+
+    /// Gives back what [`charge`](Self::charge) counted.
+    pub fn refund(&self, bytes: u64) {
+        let mut inner = self.inner();
+        inner.charged = inner.charged.saturating_sub(bytes);
+    }
+
+    /// Removes volume directories that have no record file: creates (and restores, clones)
+    /// that a crash interrupted before their record, which nobody was ever told about. A
+    /// directory whose record exists but cannot be read is kept; removal never crosses a mount.
+    /// Run at start-up, before anything is served.
+    pub fn remove_unrecorded(&self) -> Result<(), VolumeError> {
+        let names = std::fs::read_dir(&self.data_dir).map_err(io("list", &self.data_dir))?;
+        for entry in names {
+            let entry = entry.map_err(io("list", &self.data_dir))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str() else { continue };
+            if crate::node_server::grpc::validate::volume_id_problem(id).is_some()
+                || self.store.has_file(id)
+            {
+                continue;
+            }
+            let dir = self.path_of(id);
+            log::info!("removing {}: its create was interrupted", dir.display());
+            if let Err(e) = crate::linux::copy::remove_tree(&dir) {
+                log::error!("could not remove {}: {e}", dir.display());
+            }
+        }
+        Ok(())
+    }
+
+    /// Grows a volume's accounted size, if the growth fits.
+    pub fn resize(&self, id: &str, capacity: u64) -> Result<Record, VolumeError> {
+        let _provisioning = lock(&self.provisioning);
+        let mut record = self.known(id)?;
+        let growth = capacity.saturating_sub(record.capacity);
+        let available = self.available()?;
+        if growth > available {
+            return Err(VolumeError::NoRoomToGrow { growth, available });
+        }
+        record.capacity = capacity;
+        self.store.save(&record)?;
+        self.inner().records.insert(id.to_owned(), record.clone());
+        log::info!("volume {id} now has {capacity} bytes");
+        // After the record: a crash in between leaves the larger size to the next start.
+        self.quotas.apply(&record)?;
+        Ok(record)
+    }
+
+    /// Why sizes are not enforced here (so no volume has a project quota to hold an inode
+    /// limit), unless they are.
+    pub fn quota_reason(&self) -> Option<&str> {
+        self.quotas.reason()
+    }
+
+    /// Gives a volume new attributes: the record first, then its quota limits and its root
+    /// directory's mode, which take effect at once. A crash in between leaves the record's
+    /// limits to the next start, which puts every volume back under them; a retry applies
+    /// them again.
+    pub fn set_attributes(&self, id: &str, attributes: Attributes) -> Result<Record, VolumeError> {
+        let mut record = self.known(id)?;
+        if record.attributes != attributes {
+            record.attributes = attributes;
+            self.store.save(&record)?;
+            self.inner().records.insert(id.to_owned(), record.clone());
+            log::info!("volume {id} now has attributes {:?}", attributes.to_map());
+        }
+        self.quotas.apply(&record)?;
+        self.apply_root_mode(&record)?;
+        Ok(record)
+    }
+
+    /// Sets the root directory's mode to the volume's `rootMode`, if it has one.
+    pub fn apply_root_mode(&self, record: &Record) -> Result<(), VolumeError> {
+        let Some(mode) = record.attributes.root_mode else {
+            return Ok(());
+        };
+        let dir = self.path_of(&record.id);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+            .map_err(io("set the mode of", &dir))
+    }
+
+    /// Holds a volume to its recorded capacity at once (expansion; a retry after a failed
+    /// one finds the record already grown and only needs this).
+    pub fn apply_limit(&self, record: &Record) -> Result<(), VolumeError> {
+        Ok(self.quotas.apply(record)?)
+    }
+
+    /// How a volume's size holds: its own usage and limit, or why it is not enforced.
+    pub fn hold(&self, record: &Record) -> Result<Hold, VolumeError> {
+        Ok(self.quotas.hold(record)?)
+    }
+
+    /// Deletes a volume's data and then its record, refusing while anything is mounted on or
+    /// from its directory. A crash in between leaves a record without data, which the next
+    /// DeleteVolume finishes. The caller holds the volume lock.
+    pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), VolumeError> {
+        let dir = self.path_of(id);
+        if dir.exists() {
+            if let Some(at) = publish::first_user(table, &dir)? {
+                return Err(VolumeError::InUse {
+                    id: id.to_owned(),
+                    at,
+                });
+            }
+            // remove_dir_all does not follow symlinks inside the tree (it works through
+            // directory descriptors), so a link to elsewhere is removed, not its target.
+            std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
+            // Durably gone before the record goes, so a crash cannot leave unlisted data.
+            sync_dir(&self.data_dir)?;
+        }
+        // Its project ID goes before the record that holds it; a failure here leaves the
+        // record, and the next DeleteVolume releases it.
+        if let Some(record) = self.get(id) {
+            self.quotas.release(&record)?;
+        }
+        self.store.remove(id)?;
+        self.inner().records.remove(id);
+        log::info!("deleted volume {id}");
+        Ok(())
+    }
+
+    /// Gives the volume to `gid` (the CSI `volume_mount_group`), group-writable and setgid
+    /// so files created in it inherit the group, as Kubernetes does for `fsGroup`.
+    pub fn set_group(&self, id: &str, gid: u32) -> Result<(), VolumeError> {
+        let dir = self.path_of(id);
+        std::os::unix::fs::lchown(&dir, None, Some(gid)).map_err(io("set the group of", &dir))?;
+        let mode = std::fs::symlink_metadata(&dir)
+            .map_err(io("inspect", &dir))?
+            .permissions()
+            .mode();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o2070))
+            .map_err(io("make group-writable and setgid", &dir))
+    }
+}
+
+#[cfg(test)]
+mod tests;
