@@ -85,46 +85,56 @@ nix::ioctl_none_bad!(loop_ctl_get_free, 0x4C82);
 // BLKGETSIZE64 = _IOR(0x12, 114, size_t).
 nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
 
-// SAFETY (all below): each call passes a descriptor the caller keeps open for the call, and a
-// pointer to a properly sized, initialised struct of the type the ioctl is defined with.
+// Every call below passes a descriptor borrowed for the call (so it stays open), and where the
+// ioctl takes a struct, a reference to one of the kernel's size (checked above).
 
 /// `LOOP_CTL_GET_FREE` on `/dev/loop-control`: the number of a free device (made if need be).
 pub fn get_free(control: BorrowedFd<'_>) -> Result<u32, Errno> {
+    // SAFETY: LOOP_CTL_GET_FREE takes no argument; `control` is open for the call.
     let n = unsafe { loop_ctl_get_free(control.as_raw_fd()) }?;
     u32::try_from(n).map_err(|_| Errno::EINVAL)
 }
 
 pub fn configure(device: BorrowedFd<'_>, config: &LoopConfig) -> Result<(), Errno> {
+    // SAFETY: `config` is a live `struct loop_config` the kernel only reads; `device` is open.
     unsafe { loop_configure(device.as_raw_fd(), config) }.map(drop)
 }
 
 /// `ENXIO`: the device is not bound to a file.
 pub fn get_status(device: BorrowedFd<'_>) -> Result<LoopInfo64, Errno> {
     let mut info = LoopInfo64::default();
+    // SAFETY: `info` is a live, writable `struct loop_info64` of the kernel's size; `device` is
+    // open.
     unsafe { loop_get_status64(device.as_raw_fd(), &mut info) }?;
     Ok(info)
 }
 
 pub fn set_status(device: BorrowedFd<'_>, info: &LoopInfo64) -> Result<(), Errno> {
+    // SAFETY: `info` is a live `struct loop_info64` the kernel only reads; `device` is open.
     unsafe { loop_set_status64(device.as_raw_fd(), info) }.map(drop)
 }
 
 pub fn clear_fd(device: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: LOOP_CLR_FD takes no argument; `device` is open for the call.
     unsafe { loop_clr_fd(device.as_raw_fd()) }.map(drop)
 }
 
 /// `EINVAL`: the backing file cannot do direct I/O (tmpfs), or not at this block size.
 pub fn set_direct_io(device: BorrowedFd<'_>, on: bool) -> Result<(), Errno> {
+    // SAFETY: LOOP_SET_DIRECT_IO takes an int by value; `device` is open for the call.
     unsafe { loop_set_direct_io(device.as_raw_fd(), nix::libc::c_int::from(on)) }.map(drop)
 }
 
 pub fn set_capacity(device: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: LOOP_SET_CAPACITY takes no argument; `device` is open for the call.
     unsafe { loop_set_capacity(device.as_raw_fd()) }.map(drop)
 }
 
 /// The size of a block device in bytes.
 pub fn size(device: BorrowedFd<'_>) -> Result<u64, Errno> {
     let mut size = 0u64;
+    // SAFETY: BLKGETSIZE64 writes one u64 into `size`, which lives across the call; `device` is
+    // open.
     unsafe { blkgetsize64(device.as_raw_fd(), &mut size) }?;
     Ok(size)
 }
