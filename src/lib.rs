@@ -2,61 +2,47 @@
 //!
 //! # Layout
 //!
-//! - `main.rs` — thin: argv → mode → logging and [`rlimit`] → `<mode>::main(args)` → exit code
-//!   (the only place that picks exit codes).
-//! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation;
-//!   [`ModeArgs`](cli::ModeArgs), what `main` needs from every mode's `Args`.
-//! - Every mode has one contract: `Args` (argh) → `Settings::from_args` (validated; a bad value
-//!   is a usage error, exit 2) → `run(settings)` (runtime and signals, at the edge) →
-//!   `serve(listeners…, settings, shutdown)`, which tests call in-process.
-//! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown.
-//! - [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
+//! Rooms from the top down; a room imports only from rooms below it, and no mode imports
+//! another mode.
+//!
+//! - `main.rs` — the table of modes (names, upstream aliases, one-line description, entry),
+//!   which [`cli`] reads for dispatch, usage and help; then argv → mode → flags, logging and
+//!   [`rlimit`] → `<mode>::main(args)` → exit code. Exit codes are chosen there, except the
+//!   `128 + signal` of a second SIGTERM/SIGINT ([`shutdown`]).
+//! - The modes: [`node_server`] (the CSI plugin), [`registrar`] (drop-in
+//!   node-driver-registrar), [`probe`] (livenessprobe, exec probes, the kubelet emulator, the
+//!   doctor), [`demo`]. Each has the same shape: `Args` (argh, declared with
+//!   [`mode_args!`]) → `Settings::from_args` (validated; a bad value is a [`UsageError`], exit
+//!   2) → `run(settings)` (runtime and signals, at the edge). The servers among them
+//!   (node-server, registrar, probe serve) also have `serve(listener…, …, shutdown)`, which
+//!   tests call in-process with their own listeners.
+//! - [`cli`] — what every mode's command line shares: dispatch over the table of modes, Go-style
+//!   flags rewritten for argh, Go's `--help` layout, [`ModeArgs`](cli::ModeArgs) and
+//!   [`VERSION`](cli::VERSION). It knows no mode.
+//! - [`linux`] — the Linux layer: bind mounts behind the [`Mounter`](linux::mount::Mounter)
+//!   trait, the mount table, project quotas, loop devices, the tree copy engine. It knows no
+//!   CSI.
+//! - [`csi_spec`] — what the CSI spec fixes: the driver-name rule, size limits, the longest node
+//!   ID. [`quantity`] — Kubernetes byte counts (`10Gi`).
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
 //!   dialling with back-off (`socket/dial.rs`), and gRPC servers that accept any `:authority`
 //!   (`socket/authority.rs`).
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics` (`http/conns.rs`:
 //!   bounded connections, the longest-idle one shed at the cap, drained on shutdown), and a
-//!   one-shot GET.
-//! - [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
-//! - [`logging`] — klog-style `--v` on env_logger; text or JSON lines.
-//! - [`rlimit`] — process limits `main` sets before any mode starts (open files raised to the
-//!   hard limit).
-//! - [`backoff`] — the one doubling back-off (dialling, the registrar, the kubelet emulator).
+//!   one-shot GET. [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
+//! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown;
+//!   [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
+//! - [`logging`] — klog-style `--v` on env_logger; klog's text header or component-base's JSON.
 //! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
-//!   formatting of values and errors.
-//! - [`driver_name`] — the CSI naming rule for driver names.
+//!   formatting of values and errors. [`backoff`] — the one doubling back-off. [`rlimit`] —
+//!   process limits `main` sets before any mode starts.
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
-//! - [`node_server`] — the CSI plugin (`node-server` mode): `mod.rs` (the contract), `driver`
-//!   (the plugin's state and operations; the one locked blocking helper; `driver_volumes`,
-//!   `driver_snapshots` and `content` hold its create/delete/expand, snapshot, group, restore
-//!   and clone operations, `modify` ControllerModifyVolume, `block` the node side of raw block
-//!   volumes), `attributes` (the mutable parameters), `identity`, `node`,
-//!   `controller` + `controller_snapshots`, `group_controller` (one file per CSI service, each
-//!   with its error → gRPC code table), `error` (what each service's operations can fail with),
-//!   `volumes` + `store` (records of any kind, atomic writes, per-volume locks, the one create
-//!   path), `snapshots` (snapshot and group records, their data, start-up recovery, `take`:
-//!   cutting them), `sources` (what is being copied from, so it is not deleted meanwhile),
-//!   `copy` (the tree copy engine: reflinks, sparse copies, crash-safe temporary names),
-//!   `publish` + `mount` + `mountinfo` (bind mounts; the mount table is the truth), `validate`
-//!   (request checks → exact gRPC codes) + `field_limits` (the CSI spec's size limits, the
-//!   bound on a request), `capacity`, `ephemeral`, `quota` (project quotas by syscalls) +
-//!   `volume_quota` (what volumes get from it: a limit of their size, their own stats),
-//!   `loopdev` (loop devices by ioctls, for block volumes).
-//! - [`registrar`] — drop-in node-driver-registrar (`registrar` mode): `service` (the
-//!   Registration API and the status it feeds), `supervise` (driver watch, socket healing,
-//!   re-registration), `health` (`/healthz`, `/readyz`, `/metrics`).
-//! - [`probe`] — `probe` mode: `serve` (livenessprobe), `once`, `registration`, `check` (one
-//!   Probe call), `kubelet` (the kubelet's plugin manager: `watcher`, `state`, `reconciler`,
-//!   `register`, `validate`, `csinode`, `backoff`, `report`), and `doctor` (read-only diagnosis
-//!   of registration on a live node: `root`, `scan`, `chain`, `driver`, `node`, `rpc`,
-//!   `access`, `api` behind the `kube-api` feature, `finding`, `report`, `settings`).
-//! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
-//! `tests/main.rs`, a module per area and `tests/common/` for the fakes and helpers: real
+//! `tests/main.rs`, a folder per area and `tests/common/` for the fakes and helpers: real
 //! processes, sockets and mounts), `benches/` + `examples/` (benchmarks that print figures),
 //! `scripts/` (static build, image, demo, benchmarks), `packaging/` (Containerfile, Kubernetes
-//! manifests).
+//! manifests), `docs/` (the manual).
 
 pub mod backoff;
 pub mod cli;

@@ -2,31 +2,21 @@
 //! this node's own local volumes) on one Unix socket; volumes are directories under
 //! `--state-dir`, published with real bind mounts; snapshots are copies of their trees there.
 //!
-//! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`].
-//! - `driver` — the plugin's state and every operation the services perform; the one way to
-//!   run a locked blocking operation. `driver_volumes` (create, delete, expand), `driver_snapshots` (snapshots and group snapshots) and
-//!   `content` (CreateVolume's restores and clones) are more of its operations.
-//! - [`identity`], `node`, `controller` (+ `controller_snapshots`), `group_controller` — one
-//!   file per CSI service (validate → act → respond), each with the table that maps its
-//!   failures to gRPC codes.
-//! - [`error`] — what each service's operations can fail with.
-//! - [`validate`] — request checks with the exact gRPC codes; [`field_limits`], the CSI
-//!   spec's size limits on every field and the bound on a whole request.
-//! - [`attributes`] — what a VolumeAttributesClass may set (`inodeLimit`, `rootMode`), and
-//!   `modify`, ControllerModifyVolume applying it to a live volume.
-//! - [`volumes`] + `store` — volume records, persistence (any record kind), capacity,
-//!   per-volume locks.
-//! - `snapshots` — snapshot and group records, their data under `<state-dir>/snapshots/`,
-//!   start-up recovery, and `take` (cutting them with the [`copy`] engine).
-//! - `sources` — volumes and snapshots being copied from, which may not be deleted meanwhile.
-//! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table; `block`, the
-//!   same for raw block volumes (a file on a [`loopdev`] device, bound onto the target file).
-//! - [`mount`] (trait + Linux impl) and [`mountinfo`] (the mount table, parsed).
-//! - [`capacity`], `ephemeral` — sizes, and inline volumes that live from publish to unpublish.
-//! - [`quota`] — project quotas by syscalls: limits, usage, the project-ID allocator, the
-//!   `--quota` decision.
-//! - [`volume_quota`] — what the volumes get from it: the start-up decision, a project and a
-//!   limit per volume, its release, and each volume's own usage for its stats.
+//! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`], and the
+//!   gRPC server with its bounds.
+//! - [`grpc`] — the four CSI services, one file each (validate → act → respond) with the table
+//!   that maps their failures to gRPC codes; request checks and the spec's field limits.
+//! - [`driver`] — [`Driver`](driver::Driver), the plugin below the handlers, and its
+//!   operations: the one way to run a blocking operation under a volume's lock; create, delete
+//!   and expand (`volumes`), restores and clones (`content`), snapshots and groups
+//!   (`snapshots`), ControllerModifyVolume (`modify`), stage/publish as bind mounts decided from
+//!   the mount table (`publish`), raw block volumes on loop devices (`block`), inline volumes
+//!   (`ephemeral`), and what they fail with (`error`).
+//! - [`state`] — what it keeps under `--state-dir`: volume, snapshot and group records (atomic
+//!   writes), capacity, the mutable attributes (`inodeLimit`, `rootMode`, `directIO`), what
+//!   volumes get from project quotas, per-volume locks and copy sources in use.
+//! - Underneath, [`crate::linux`]: mounts, the mount table, quotas, loop devices, the copy
+//!   engine.
 
 pub mod driver;
 pub mod grpc;

@@ -1,5 +1,6 @@
-//! The few syscalls the copy engine needs that `nix` does not wrap (`statx`, `FICLONE`), and
-//! descriptor-relative opens that never follow a symlink and never open a device by accident.
+//! The one syscall the copy engine needs that `nix` does not wrap, `statx` (FICLONE is in
+//! `data.rs`, beside the data copy that tries it first), and descriptor-relative opens that
+//! never follow a symlink and never open a device by accident.
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
