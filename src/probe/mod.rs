@@ -11,7 +11,7 @@ mod check;
 pub mod doctor;
 pub mod kubelet;
 pub mod once;
-pub mod registration;
+pub mod registration_status;
 pub mod serve;
 
 use argh::{ArgsInfo, FromArgs};
@@ -34,7 +34,7 @@ pub struct Args {
 pub enum Command {
     Serve(serve::Args),
     Once(once::Args),
-    Registration(registration::Args),
+    Registration(registration_status::Args),
     Kubelet(kubelet::Args),
     Doctor(doctor::Args),
 }
@@ -71,7 +71,7 @@ pub fn main(args: Args) -> Result<(), BoxError> {
         Some(Command::Serve(args)) => serve::run(serve::Settings::from_args(args)?),
         Some(Command::Once(args)) => once::run(once::Settings::from_args(args)?),
         Some(Command::Registration(args)) => {
-            registration::run(registration::Settings::from_args(args)?)
+            registration_status::run(registration_status::Settings::from_args(args)?)
         }
         Some(Command::Kubelet(args)) => kubelet::run(kubelet::Settings::from_args(args)?),
         Some(Command::Doctor(args)) => doctor::run(doctor::Settings::from_args(args)?),

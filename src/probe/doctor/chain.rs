@@ -1,11 +1,11 @@
 //! One plugin's registration chain, steps 4 and 5 of the flow as the kubelet walks them, read
 //! only: the registration socket (a socket? anybody listening?), GetInfo (type, name,
 //! versions by the kubelet's own rules), the endpoint it names (on the host? a listening
-//! socket? reachable for the kubelet?), then the driver behind it ([`super::driver`]).
+//! socket? reachable for the kubelet?), then the driver behind it ([`super::driver_facts`]).
 
 use std::path::{Path, PathBuf};
 
-use super::driver::{self, DriverFacts};
+use super::driver_facts::{self, DriverFacts};
 use super::finding::Finding;
 use super::rpc::{self, DialError};
 use super::{Context, access};
@@ -196,7 +196,7 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
     let Some(target) = check_endpoint(ctx, &mut plugin, &info.name, &info.endpoint).await else {
         return plugin;
     };
-    let (facts, found) = driver::examine(ctx, target, &info.name).await;
+    let (facts, found) = driver_facts::examine(ctx, target, &info.name).await;
     plugin.findings.extend(found);
     plugin.facts = Some(facts);
     plugin

@@ -17,7 +17,7 @@ mod access;
 #[cfg(feature = "kube-api")]
 pub mod api;
 pub mod chain;
-mod driver;
+mod driver_facts;
 pub mod finding;
 mod node;
 pub mod report;

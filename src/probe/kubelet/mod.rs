@@ -14,7 +14,7 @@
 pub mod backoff;
 pub mod csinode;
 pub mod reconciler;
-pub mod register;
+pub mod handshake;
 pub mod report;
 pub mod state;
 pub mod validate;
@@ -128,7 +128,7 @@ pub async fn once(config: Config) -> Result<Report, RegistryError> {
     let mut plugins = Vec::with_capacity(sockets.len());
     for socket in sockets {
         let identity = shared.lock().add_desired(&socket);
-        let result = register::register(&shared, &socket, identity).await;
+        let result = handshake::register(&shared, &socket, identity).await;
         if let Err(failure) = &result {
             log::info!("failed {}: {}", socket.display(), failure.reason);
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::register;
+use super::handshake;
 use super::report::{Event, Retry};
 use super::state::Shared;
 
@@ -75,7 +75,7 @@ fn reconcile(shared: &Arc<Shared>, events: &UnboundedSender<Event>) {
         log::debug!("registering {}", socket.display());
         let (shared, events) = (shared.clone(), events.clone());
         tokio::spawn(async move {
-            let result = register::register(&shared, &socket, identity).await;
+            let result = handshake::register(&shared, &socket, identity).await;
             let event = {
                 let mut state = shared.lock();
                 state.finish(&socket, result.is_ok(), Instant::now());
