@@ -67,7 +67,7 @@ impl ProjectIds {
     }
 
     /// The lowest ID of the range that nobody uses; it is ours until [`Self::free`].
-    pub fn allocate(&mut self, fs: &impl InUse) -> Result<u32, QuotaError> {
+    pub fn allocate(&mut self, fs: &(impl InUse + ?Sized)) -> Result<u32, QuotaError> {
         let (start, end) = (*self.range.start(), *self.range.end());
         let mut candidate = start;
         loop {

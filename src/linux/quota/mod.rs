@@ -10,6 +10,8 @@
 //! - [`project`] — a directory's project ID and PROJINHERIT flag.
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
+//! - [`seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake for unit
+//!   tests).
 //! - [`error`] — [`QuotaError`].
 //!
 //! Kernels: Linux 5.14+ is served through quotactl_fd on the state directory; older kernels
@@ -22,6 +24,7 @@ pub mod ids;
 pub mod limits;
 pub mod mode;
 pub mod project;
+pub mod seam;
 pub mod sys;
 
 pub use error::{AttrOp, QuotaError, QuotaOp};
@@ -30,3 +33,4 @@ pub use ids::{InUse, PROJECT_IDS, ProjectIds, read_listed};
 pub use limits::{Limits, Usage};
 pub use mode::{Decision, Mode, decide};
 pub use project::{ProjectAttr, clear_project, project_of, set_project};
+pub use seam::ProjectQuotas;

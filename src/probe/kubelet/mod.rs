@@ -13,8 +13,8 @@
 
 pub mod backoff;
 pub mod csinode;
-pub mod reconciler;
 pub mod handshake;
+pub mod reconciler;
 pub mod report;
 pub mod state;
 pub mod validate;
