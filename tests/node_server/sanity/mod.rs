@@ -3,7 +3,7 @@
 //! capabilities is repeated in our own words, against the real server on a real socket with
 //! real mounts, each named after the expectation it mirrors.
 //!
-//! The harness (`node_server_sanity/harness.rs`) keeps csi-sanity's ways, because that is where
+//! The harness (`harness.rs`) keeps csi-sanity's ways, because that is where
 //! plugins fail it: before every spec it creates `--csi.mountdir` and `--csi.stagingdir` itself
 //! (`mkdir`, which fails if they are still there); the target path is `<mountdir>/target`,
 //! which the plugin must create and remove; sizes are csi-sanity's defaults (10 GiB volumes,
@@ -27,7 +27,6 @@ use common::csi_node::*;
 use csi_nodekit::node_server::{Config, DEFAULT_DRIVER_NAME};
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 
-#[path = "node_server_sanity/harness.rs"]
 mod harness;
 use harness::*;
 
@@ -190,15 +189,10 @@ sanity_specs! {
     get_snapshot_fails_for_an_unknown_snapshot_id;
 }
 
-#[path = "node_server_sanity/controller.rs"]
 mod controller;
-#[path = "node_server_sanity/group.rs"]
 mod group;
-#[path = "node_server_sanity/modify.rs"]
 mod modify;
-#[path = "node_server_sanity/node.rs"]
 mod node;
-#[path = "node_server_sanity/snapshots.rs"]
 mod snapshots;
 mod spec {
     pub use super::controller::*;
