@@ -53,10 +53,11 @@
 //! - [`demo`] — the whole flow and a volume's life in one command (`demo` mode).
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
-//! `tests/main.rs`, a module per area and `tests/common/` for the fakes and helpers: real
-//! processes, sockets and mounts), `benches/` + `examples/` (benchmarks that print figures),
-//! `scripts/` (static build, image, demo, benchmarks), `packaging/` (Containerfile, Kubernetes
-//! manifests).
+//! `tests/main.rs`, a folder per area — `node_server/`, `storage/`, `registrar/`, `probe/`,
+//! `cli/`, `transport/`, `packaging/`, `fault_suite/` — and `tests/common/` for the fakes and
+//! helpers: real processes, sockets and mounts), `benches/` + `examples/` (benchmarks that
+//! print figures), `scripts/` (static build, image, demo, benchmarks), `packaging/`
+//! (Containerfile, Kubernetes manifests).
 
 pub mod backoff;
 pub mod cli;
