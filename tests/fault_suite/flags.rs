@@ -2,7 +2,7 @@
 //! before anything starts: exit 2, one line naming the flag, nothing on stdout.
 
 use super::tally::Tally;
-use crate::flags::{bad_flag_values, refused_naming, run_as};
+use crate::cli::flags::{bad_flag_values, refused_naming, run_as};
 
 #[test]
 fn every_bad_flag_value_is_refused_naming_the_flag() {

@@ -113,7 +113,7 @@ fn a_copy_killed_midway_leaves_only_a_temporary_name_that_cleanup_removes() {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "copy_safety::a_copy_killed_midway_leaves_only_a_temporary_name_that_cleanup_removes",
+            "storage::copy_safety::a_copy_killed_midway_leaves_only_a_temporary_name_that_cleanup_removes",
         ])
         .args(["--include-ignored", "--test-threads=1"])
         .env(CHILD, format!("{}\n{}", src.display(), dst.display()))

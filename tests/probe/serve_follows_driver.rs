@@ -2,7 +2,7 @@
 //! path while a hung predecessor still holds the old connection, and a connection that wedged
 //! while the socket stayed the same, are both left behind within a probe timeout or two. Probes
 //! in progress are answered on SIGTERM. (That the first Probe is recorded under the driver's
-//! name is checked with the metrics, in `probe`.)
+//! name is checked with the metrics, in `health`.)
 
 use crate::common;
 

@@ -2,9 +2,9 @@
 //! Go's layout and order, a usage line that works as written, `help <mode>`, and a top-level
 //! help that names each mode.
 
+use super::flags::{LIVENESSPROBE, LOGGING, REGISTRAR, run_as, text};
 use crate::common;
 use crate::common::fake_driver::FakeDriver;
-use crate::flags::{LIVENESSPROBE, LOGGING, REGISTRAR, run_as, text};
 
 use std::process::Command;
 

@@ -1,76 +1,22 @@
-//! The registrar between a real CSI driver socket and a kubelet-side client speaking the
-//! registration API over its real registration socket: served in-process on each test's own
-//! HTTP listener and directories, with a few tests of the real process (signals, exit codes,
-//! flags) at the end.
+//! The registrar served in process, on each test's own HTTP listener and directories, between
+//! a real CSI driver socket and a kubelet-side client on its real registration socket:
+//! GetInfo, waiting for the driver, the kubelet's verdicts and the back-off after a
+//! rejection, a registration socket deleted or taken over, a driver restarted or renamed,
+//! and what `/healthz` and `/readyz` answer meanwhile.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::setup::{DRIVER, Setup, WAIT, http, until_healthy};
 use crate::common;
 use common::fake_driver::FakeDriver;
-use common::registrar::{HOST_PATH, Registrar};
+use common::registrar::HOST_PATH;
 use common::{is_socket, wait_until};
 use csi_nodekit::proto::registration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
-
-const DRIVER: &str = "fake.csi.example.io";
-const WAIT: Duration = Duration::from_secs(10);
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    csi: PathBuf,
-    registry: PathBuf,
-}
-
-impl Setup {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let csi = dir.path().join("plugin/csi.sock");
-        let registry = dir.path().join("plugins_registry");
-        Self {
-            csi,
-            registry,
-            _dir: dir,
-        }
-    }
-
-    fn reg_socket(&self) -> PathBuf {
-        self.registry.join(format!("{DRIVER}-reg.sock"))
-    }
-
-    /// A driver and a registrar, once the registration socket is up.
-    async fn running(&self) -> (FakeDriver, Registrar) {
-        let driver = FakeDriver::start(&self.csi, DRIVER);
-        let registrar = self.start_registrar().await;
-        assert!(
-            wait_until(WAIT, || is_socket(&self.reg_socket())).await,
-            "no registration socket"
-        );
-        (driver, registrar)
-    }
-
-    async fn start_registrar(&self) -> Registrar {
-        Registrar::start(&self.csi, &self.registry, &[]).await
-    }
-
-    /// The real binary with the arguments real DaemonSets use.
-    fn registrar_command(&self) -> Command {
-        let mut command = Command::new(common::binary());
-        command
-            .arg("registrar")
-            .arg(format!("--csi-address={}", self.csi.display()))
-            .arg(format!("--kubelet-registration-path={HOST_PATH}"))
-            .arg(format!(
-                "--plugin-registration-path={}",
-                self.registry.display()
-            ));
-        command
-    }
-}
 
 /// Which socket is at `path` (inode numbers alone get reused by the next file created).
 fn inode(path: &Path) -> Option<csi_nodekit::socket::Identity> {
@@ -113,24 +59,6 @@ async fn http_until(address: &str, path: &str, code: u16) -> (u16, String) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Waits until `/healthz` answers a plain `ok`: the registrar has its own socket and its
-/// self-check passed (a bare 200 may also be `ok: re-creating …`).
-async fn until_healthy(address: &str) {
-    let healthy = async {
-        while http(address, "/healthz").await != (200, "ok".to_owned()) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let within = tokio::time::timeout(WAIT, healthy).await;
-    assert!(within.is_ok(), "/healthz never answered ok");
-}
-
-async fn http(address: &str, path: &str) -> (u16, String) {
-    csi_nodekit::http::get(address, path, Duration::from_secs(5))
-        .await
-        .expect("HTTP answer")
 }
 
 #[tokio::test]
@@ -337,139 +265,6 @@ async fn healthz_answers_200_404_and_500_as_upstream_does() {
     assert!(saw_500, "could not put an impostor in place");
 }
 
-#[tokio::test]
-async fn the_process_removes_the_registration_socket_on_sigterm_and_exits_0() {
-    let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let mut registrar = common::spawn(&mut setup.registrar_command(), "registrar");
-    assert!(
-        wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
-        "no registration socket"
-    );
-    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
-    let status = common::wait_exit(&mut registrar.0, WAIT);
-    assert_eq!(status.code(), Some(0));
-    assert!(!setup.reg_socket().exists());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_healthz_self_check_in_progress_at_sigterm_is_answered_before_the_exit() {
-    let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, DRIVER);
-    let http_addr = common::free_local_address();
-    let mut registrar = common::spawn(
-        setup
-            .registrar_command()
-            .arg("--timeout=2s")
-            .arg(format!("--http-endpoint={http_addr}")),
-        "registrar",
-    );
-    // A registration socket that accepts and never answers takes the place of the registrar's,
-    // so the self-check waits its whole --timeout. The registrar notices the swap within half
-    // a second and answers without a self-check from then on; a /healthz that came too late
-    // for the swap is tried again once the registrar has its own socket back.
-    let hung_path = setup.registry.with_file_name("hung.sock");
-    let mut attempts = 0;
-    let (in_progress, _hung) = loop {
-        attempts += 1;
-        // The HTTP port is bound before the registration socket is made.
-        assert!(
-            wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
-            "no registration socket"
-        );
-        until_healthy(&http_addr).await;
-        let hung = common::hung_listener(&hung_path, None);
-        std::fs::rename(&hung_path, setup.reg_socket()).unwrap();
-        let address = http_addr.clone();
-        let request = tokio::spawn(async move { http(&address, "/healthz").await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        if !request.is_finished() {
-            break (request, hung);
-        }
-        assert!(attempts < 5, "the swap was noticed first {attempts} times");
-        hung.abort();
-        std::fs::remove_file(setup.reg_socket()).unwrap();
-    };
-    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
-    let (code, body) = in_progress.await.expect("the /healthz in progress");
-    assert_eq!(code, 500, "{body}");
-    assert!(body.contains("no answer within 2s"), "{body}");
-    let status = common::wait_exit(&mut registrar.0, WAIT);
-    assert_eq!(status.code(), Some(0));
-}
-
-#[test]
-fn the_probe_mode_exits_0_at_once_as_upstream() {
-    let status = Command::new(common::binary())
-        .args([
-            "registrar",
-            "--mode=kubelet-registration-probe",
-            "--kubelet-registration-path=/x/csi.sock",
-        ])
-        .output()
-        .unwrap()
-        .status;
-    assert_eq!(status.code(), Some(0));
-}
-
-#[test]
-fn a_missing_kubelet_registration_path_is_a_usage_error() {
-    let out = Command::new(common::binary())
-        .args(["registrar", "--csi-address=/csi/csi.sock"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--kubelet-registration-path"));
-}
-
-#[test]
-fn health_port_and_http_endpoint_together_are_refused() {
-    let out = Command::new(common::binary())
-        .args([
-            "registrar",
-            "--kubelet-registration-path=/x",
-            "--health-port=9809",
-            "--http-endpoint=:9809",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-}
-
-#[test]
-fn go_only_flags_are_accepted_and_named_once_as_ignored() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(common::binary())
-        .args([
-            "csi-node-driver-registrar",
-            "--enable-pprof",
-            "--automaxprocs=true",
-            "--connection-timeout=15s",
-            "--kubelet-registration-path=/x/csi.sock",
-            "--driver-wait-limit=200ms",
-        ])
-        .arg(format!(
-            "--csi-address={}",
-            dir.path().join("absent.sock").display()
-        ))
-        .arg(format!(
-            "--plugin-registration-path={}",
-            dir.path().display()
-        ))
-        .output()
-        .unwrap();
-    // No driver ever answers: the registrar gives up (exit 1), having started.
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let logged = String::from_utf8_lossy(&out.stderr);
-    let notice = logged
-        .lines()
-        .find(|l| l.contains("accepted for compatibility and ignored"))
-        .unwrap_or_else(|| panic!("{logged}"));
-    for flag in ["--enable-pprof", "--automaxprocs", "--connection-timeout"] {
-        assert!(notice.contains(flag), "{flag}: {notice}");
-    }
-}
-
 /// A registration server that answers GetInfo for some other driver.
 struct FakeRegistration {
     _runtime_task: tokio::task::JoinHandle<()>,
@@ -512,22 +307,6 @@ impl Drop for FakeRegistration {
     fn drop(&mut self) {
         self.stop.fire();
     }
-}
-
-#[test]
-fn a_driver_wait_limit_makes_the_registrar_give_up_naming_the_socket() {
-    let setup = Setup::new();
-    let started = std::time::Instant::now();
-    let out = setup
-        .registrar_command()
-        .arg("--driver-wait-limit=1s")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(started.elapsed() < Duration::from_secs(10));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&setup.csi.display().to_string()), "{err}");
-    assert!(!setup.reg_socket().exists());
 }
 
 /// Waits until the socket at `path` is a different one than `before`; returns how long it took.
@@ -601,28 +380,4 @@ async fn healthz_stays_200_while_a_restarted_driver_does_not_answer_yet() {
     let (code, body) = http(&http_addr, "/healthz").await;
     assert_eq!(code, 200, "{body} (readyz: {ready})");
     assert!(body.contains("waiting for the driver"), "{body}");
-}
-
-#[tokio::test]
-async fn an_invalid_driver_name_is_refused_and_nothing_is_created() {
-    let setup = Setup::new();
-    let _driver = FakeDriver::start(&setup.csi, "../escape");
-    let mut command = setup.registrar_command();
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("../escape") && err.contains("CSI naming rules"),
-        "{err}"
-    );
-    assert!(
-        !setup
-            .registry
-            .parent()
-            .unwrap()
-            .join("escape-reg.sock")
-            .exists()
-    );
 }

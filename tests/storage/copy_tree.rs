@@ -1,5 +1,5 @@
-//! The copy engine on real filesystems: tmpfs and ext4 (no reflinks: a sparse copy), XFS and
-//! btrfs (reflinks), each made on a loop device in the test's private mount namespace.
+//! The copy engine on real filesystems, mounted in the test's private mount namespace: tmpfs,
+//! and on a loop device ext4 (no reflinks: a sparse copy), XFS and btrfs (reflinks).
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

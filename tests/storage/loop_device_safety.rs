@@ -6,8 +6,8 @@ use std::process::Command;
 
 use csi_nodekit::linux::loopdev::{self, AttachOptions, LoopError};
 
+use super::loop_devices::{Devices, MIB, backing};
 use crate::common::scratch_fs::{Kind, ScratchFs, run};
-use crate::loop_devices::{Devices, MIB, backing};
 
 #[test]
 #[ignore = "needs root: real loop devices and scratch filesystems"]
@@ -75,7 +75,7 @@ fn a_missing_device_node_is_made_as_in_a_container_with_its_own_dev() {
         .arg(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "loop_device_safety::a_missing_device_node_is_made_as_in_a_container_with_its_own_dev",
+            "storage::loop_device_safety::a_missing_device_node_is_made_as_in_a_container_with_its_own_dev",
         ])
         .args(["--include-ignored", "--test-threads=1", "--nocapture"])
         .env(CHILD, &file)

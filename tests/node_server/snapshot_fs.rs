@@ -1,7 +1,7 @@
 //! Snapshots on real filesystems as the state directory: XFS with reflink and btrfs (shared
-//! extents: near-instant, almost no space) and ext4 (a plain copy), each on a loop device;
-//! a snapshot of a volume that is being written; and a node-server killed with SIGKILL in the
-//! middle of a snapshot and of a restore.
+//! extents: near-instant, almost no space) and ext4 (a plain copy), each on a loop device: a
+//! snapshot and its restore, and a snapshot of a volume that is being written. (A node-server
+//! killed in the middle of a snapshot or a restore is in `snapshot_crash`.)
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use csi_nodekit::proto::registration::{InfoRequest, registration_client::RegistrationClient};
 use serde_json::Value;
 
-const FIXTURE: &str = include_str!("fixtures/upstream-sidecar-args.json");
+const FIXTURE: &str = include_str!("../fixtures/upstream-sidecar-args.json");
 const WAIT: Duration = Duration::from_secs(10);
 const DRIVER: &str = "fixture.csi.example.io";
 

@@ -1,23 +1,32 @@
 //! csi-sanity, re-enacted. The community conformance suite (kubernetes-csi/csi-test,
 //! `pkg/sanity`, v5) is Go and cannot run here, so every check it makes that applies to our
-//! capabilities is repeated in our own words, against the real server on a real socket with
-//! real mounts, each named after the expectation it mirrors.
+//! capabilities is repeated in our own words, each named after the expectation it mirrors.
 //!
-//! The harness (`node_server_sanity/harness.rs`) keeps csi-sanity's ways, because that is where
-//! plugins fail it: before every spec it creates `--csi.mountdir` and `--csi.stagingdir` itself
-//! (`mkdir`, which fails if they are still there); the target path is `<mountdir>/target`,
-//! which the plugin must create and remove; sizes are csi-sanity's defaults (10 GiB volumes,
-//! expansion by 1 GiB); and after every spec it deletes each volume and snapshot the spec
-//! created, newest first (a volume unpublished and unstaged first, NOT_FOUND tolerated), then
-//! removes both directories, which must be empty and unmounted again.
+//! The harness (`harness.rs`) keeps csi-sanity's ways, because that is where plugins fail it:
+//! before every spec it creates `--csi.mountdir` and `--csi.stagingdir` itself (`mkdir`, which
+//! fails if they are still there); the target path is `<mountdir>/target`, which the plugin
+//! must create and remove; sizes are csi-sanity's defaults (10 GiB volumes, expansion by
+//! 1 GiB); and after every spec it deletes each volume and snapshot the spec created, newest
+//! first (a volume unpublished and unstaged first, NOT_FOUND tolerated), then removes both
+//! directories, which must be empty and unmounted again.
 //!
-//! Two suites: csi-test v5.4's specs against a server with the default flags (83 of its 96
-//! apply to what we advertise, one of them pending upstream), run as with a
-//! `--csi.testvolumemutableparameters` file holding `rootMode: "0770"`, and the GetSnapshot
-//! specs csi-test v5.5 added, against a server started with `--advertise-get-snapshot` (v5.4
-//! fails on that capability). Not re-enacted, because we do not advertise them and csi-sanity
-//! skips them too: ControllerPublish and the "volume lifecycle" built on it,
-//! ControllerGetVolume, and block access (`--csi.testvolumeaccesstype=block`).
+//! The specs: csi-test v5.4's that apply to what we advertise (83 of its 96, one of them
+//! pending upstream), as run with a `--csi.testvolumemutableparameters` file holding
+//! `rootMode: "0770"`, against a server with `--capacity=51Gi` (room for csi-sanity's sizes)
+//! and otherwise the default flags; and the GetSnapshot specs csi-test v5.5 added (with its
+//! capabilities spec, which knows GET_SNAPSHOT), against a server also started with
+//! `--advertise-get-snapshot` (v5.4 fails on that capability). Not re-enacted, because we do
+//! not advertise them and csi-sanity skips them too: ControllerPublish and the "volume
+//! lifecycle" built on it, and ControllerGetVolume.
+//!
+//! They run four ways, on a real socket: each spec as its own test on its own in-process
+//! server; all of them in order on one server (v5.4's, then v5.5's on another), which must
+//! leave no mount, directory, volume or snapshot behind; v5.4's again in block mode
+//! (`--csi.testvolumeaccesstype=block`, the parameters file holding `directIO: "false"`),
+//! every volume a sparse file on a real loop device and none left attached; and the README's
+//! command (`--csi.testvolumesize=1048576`) against the real binary with its default
+//! capacity, then restarted with `--advertise-get-snapshot` for v5.5's. What mounts needs root:
+//! real bind mounts in a private mount namespace.
 
 use crate::common;
 
@@ -27,7 +36,6 @@ use common::csi_node::*;
 use csi_nodekit::node_server::{Config, DEFAULT_DRIVER_NAME};
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 
-#[path = "node_server_sanity/harness.rs"]
 mod harness;
 use harness::*;
 
@@ -190,15 +198,10 @@ sanity_specs! {
     get_snapshot_fails_for_an_unknown_snapshot_id;
 }
 
-#[path = "node_server_sanity/controller.rs"]
 mod controller;
-#[path = "node_server_sanity/group.rs"]
 mod group;
-#[path = "node_server_sanity/modify.rs"]
 mod modify;
-#[path = "node_server_sanity/node.rs"]
 mod node;
-#[path = "node_server_sanity/snapshots.rs"]
 mod snapshots;
 mod spec {
     pub use super::controller::*;

@@ -1,7 +1,7 @@
 //! csi-sanity's GroupController specs (`groupcontroller.go`). Each runs only when Identity
 //! lists GROUP_CONTROLLER_SERVICE, which is checked first as csi-sanity's BeforeEach does; the
 //! snapshot specs also need CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT. csi-sanity never creates a
-//! group successfully (our own tests in `node_server_group_snapshots.rs` do).
+//! group successfully (our own tests in `node_server::group_snapshots` do).
 
 use csi_nodekit::proto::csi::*;
 use tonic::Code;

@@ -1,0 +1,21 @@
+//! `node-server`, the CSI plugin, through real gRPC: a volume's life, snapshots, block
+//! volumes, every error code, and csi-sanity re-enacted (`sanity`).
+
+mod block;
+mod block_content;
+// `fault_suite::volumes` asks it for the codes of malformed requests.
+pub(crate) mod careless_requests;
+mod concurrency;
+mod controller_errors;
+mod group_snapshots;
+mod lifecycle;
+mod modify;
+mod mount_table;
+mod node_errors;
+mod oversize_requests;
+mod quota_modes;
+mod sanity;
+mod snapshot_crash;
+mod snapshot_errors;
+mod snapshot_fs;
+mod snapshots;

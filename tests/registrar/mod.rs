@@ -1,0 +1,7 @@
+//! `registrar`, the drop-in node-driver-registrar, between a real CSI driver socket and a
+//! kubelet-side client on its real registration socket: served in process (`registration`),
+//! and as the real binary (`process`).
+
+mod process;
+mod registration;
+mod setup;
