@@ -11,6 +11,7 @@ mod copy_safety;
 mod copy_tree;
 mod demo;
 mod dispatch;
+mod docs_links;
 mod end_to_end;
 mod fault_suite;
 mod flags;
