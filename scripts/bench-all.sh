@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One benchmark run for the README's *Figures* table: the machine it ran on, then every
-# benchmark's printed figures, in one log. Needs root (mounts, loop devices), mkfs.xfs,
-# mkfs.btrfs and mkfs.ext4, and for the quota figures QEMU (scripts/vm-kernel.sh installs
-# it). Takes 20-30 minutes on 2 cores, most of it release builds, 1 GiB copies and the VM.
+# One benchmark run for the figures table in docs/figures.md: the machine it ran on, then
+# every benchmark's printed figures, in one log. docs/figures.md's table comes from this log,
+# and its section "The run behind the table" holds the log's machine lines: after a new run,
+# update both from the log. Needs root (mounts, loop devices), mkfs.xfs, mkfs.btrfs and
+# mkfs.ext4, and for the quota figures QEMU (scripts/vm-kernel.sh installs it). Takes 20-30
+# minutes on 2 cores, most of it release builds, 1 GiB copies and the VM.
 # Usage: scripts/bench-all.sh [LOG] (default: target/bench-all.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."

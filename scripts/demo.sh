@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole node-side flow in one command, as root, with no cluster, no container runtime and
-# no network: builds the binary if needed, then runs `csi-nodekit demo` (see README, "Run it").
+# no network: builds the binary if needed, then runs `csi-nodekit demo` (see README, "Try it").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then

@@ -11,7 +11,8 @@
 //! - `transport/`: the socket layer, gRPC and the HTTP health ports;
 //! - `packaging/`: the container image, the Kubernetes manifests, the demo;
 //! - `end_to_end` (the whole registration flow) and `fault_suite/` (what real nodes do to the
-//!   three modes), which span every area.
+//!   three modes), which span every area, and `docs_links` (the README's and docs/' links
+//!   resolve; the README keeps CI's test command).
 //!
 //! `common/` holds the helpers they share (the real binary, fake drivers and plugins, the
 //! mount sandbox). A test's path is its folder's: `cargo test --test integration
@@ -23,6 +24,7 @@
 mod common;
 
 mod cli;
+mod docs_links;
 mod end_to_end;
 mod fault_suite;
 mod node_server;

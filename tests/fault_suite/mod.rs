@@ -4,7 +4,7 @@
 //! nothing was lost. "Survived": the process kept (or came back to) serving and answered what
 //! the spec or upstream answers. "Lost": data in a volume, a file that was not ours, or a
 //! registration that never came back. `cargo test --test integration fault_suite -- \
-//! --include-ignored --nocapture` prints the table the README shows.
+//! --include-ignored --nocapture` prints the table docs/testing.md shows.
 
 mod clients;
 mod flags;

@@ -216,7 +216,7 @@ async fn on_btrfs_a_snapshot_of_a_volume_being_written_holds_no_torn_file() {
     assert_eq!(snapshot_while_writing_on(Kind::Btrfs).await, 0);
 }
 
-/// ext4 promises less (see the README): the snapshot completes, is ready and restores, every
+/// ext4 promises less (see docs/node-server.md): the snapshot completes, is ready and restores, every
 /// file is there, and a file caught mid-write is possible (and detectable by its writer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: mounts XFS, btrfs and ext4 scratch filesystems on loop devices"]

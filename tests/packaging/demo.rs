@@ -1,4 +1,4 @@
-//! The README's "run it" command: the demo runs the whole flow and leaves nothing behind.
+//! The README's "Try it" command: the demo runs the whole flow and leaves nothing behind.
 
 use crate::common;
 

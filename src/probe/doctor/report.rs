@@ -1,5 +1,5 @@
 //! The doctor's report: node-wide findings, then one group per plugin, then a summary line; or
-//! one JSON document with stable field names (documented in the README).
+//! one JSON document with stable field names (documented in docs/troubleshooting.md).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -267,13 +267,13 @@ async fn the_whole_suite_in_block_mode_passes_on_real_loop_devices_and_leaves_no
     server.stop().await;
 }
 
-/// The README's command, `csi-sanity --csi.endpoint=<socket> --csi.testvolumesize=1048576`,
-/// against the real binary with its default capacity (each new volume must fit in the free
-/// space; unsized ones get 1 GiB); then the v5.5 specs against it restarted with
-/// `--advertise-get-snapshot`.
+/// The command docs/node-server.md gives,
+/// `csi-sanity --csi.endpoint=<socket> --csi.testvolumesize=1048576`, against the real binary
+/// with its default capacity (each new volume must fit in the free space; unsized ones get
+/// 1 GiB); then the v5.5 specs against it restarted with `--advertise-get-snapshot`.
 #[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_command_passes_against_the_real_binary_with_its_default_capacity() {
+async fn the_documented_csi_sanity_command_passes_on_the_real_binary_at_its_default_capacity() {
     let sandbox = MountSandbox::new();
     let free = csi_nodekit::node_server::state::capacity::free_bytes(sandbox.path()).unwrap();
     let needed = csi_nodekit::node_server::state::capacity::DEFAULT_SIZE + (1 << 20);

@@ -5,7 +5,7 @@
 //! back, right after that one sync, with no threads of their own. Whether copying them in
 //! parallel threads narrows the window in which the group's files are copied was measured
 //! twice on the shared 2-core build machine (`scripts/bench-storage.sh grpc`, four volumes of
-//! 2,500 files) and the runs disagreed (see the README's *Figures*); the window is logged.
+//! 2,500 files) and the runs disagreed (see docs/figures.md); the window is logged.
 //!
 //! What a cut promises: each regular file is copied as of one instant where reflinks are used
 //! (`FICLONE` takes the file's I/O lock, so no write lands halfway through it); without
