@@ -20,8 +20,8 @@
 //!   flags rewritten for argh, Go's `--help` layout, [`ModeArgs`](cli::ModeArgs) and
 //!   [`VERSION`](cli::VERSION). It knows no mode.
 //! - [`linux`] — the Linux layer: bind mounts behind the [`Mounter`](linux::mount::Mounter)
-//!   trait, the mount table, project quotas, loop devices, the tree copy engine. It knows no
-//!   CSI.
+//!   trait, the mount table, project quotas (behind `ProjectQuotas`), loop devices (behind
+//!   `LoopDevices`), the tree copy engine. It knows no CSI.
 //! - [`csi_spec`] — what the CSI spec fixes: the driver-name rule, size limits, the longest node
 //!   ID. [`quantity`] — Kubernetes byte counts (`10Gi`).
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,

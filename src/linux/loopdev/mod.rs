@@ -17,6 +17,9 @@
 //! fails while it is mounted or held by another driver), and if the device is still bound after
 //! `LOOP_CLR_FD` (another opener), it clears autoclear again and reports [`LoopError::Busy`].
 //!
+//! [`LoopDevices`] (in `seam`) puts the calls node-server makes behind a trait, with a
+//! recording fake for unit tests.
+//!
 //! Callers serialise calls per file (node-server's per-volume lock): two concurrent
 //! [`find_or_attach`] of one file could each attach a device.
 
@@ -26,6 +29,7 @@ mod detach;
 mod device_node;
 pub mod error;
 mod ioctl;
+pub mod seam;
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -41,6 +45,7 @@ pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
 pub use error::LoopError;
 use error::{at, errno_at};
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
+pub use seam::{KernelLoops, LoopDevices};
 
 /// What `lo_file_name` of every device this driver attaches starts with.
 pub const TAG: &str = "csi-nodekit:";

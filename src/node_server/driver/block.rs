@@ -123,13 +123,13 @@ impl Driver {
     }
 
     fn found(&self, record: &Record) -> Result<Found, NodeError> {
-        Ok(loopdev::find(&self.image_of(&record.id))?)
+        Ok(self.loops.find(&self.image_of(&record.id))?)
     }
 
     /// NodeStageVolume: the volume's file on a loop device of ours, found or attached.
     pub(in crate::node_server) fn stage_block(&self, record: &Record) -> Result<(), NodeError> {
         let image = self.image_of(&record.id);
-        let (status, attached) = loopdev::find_or_attach(&image, options(record, false))?;
+        let (status, attached) = self.loops.find_or_attach(&image, options(record, false))?;
         if attached {
             log::debug!("staged block volume {} on {}", record.id, status.device);
         }
@@ -151,7 +151,7 @@ impl Driver {
             }));
         }
         for status in &found.ours {
-            loopdev::detach(status.device, &image)?;
+            self.loops.detach(status.device, &image)?;
         }
         if !found.ours.is_empty() {
             log::debug!("unstaged block volume {}", record.id);
@@ -203,7 +203,7 @@ impl Driver {
         }
         let (device, attached) = match readonly {
             false => (staged, false),
-            true => loopdev::find_or_attach(&image, options(record, true))?,
+            true => self.loops.find_or_attach(&image, options(record, true))?,
         };
         let created = make_target_file(target)?;
         let bound = self
@@ -213,7 +213,7 @@ impl Driver {
             if created {
                 let _ = remove_target_file(target);
             }
-            if attached && let Err(left) = loopdev::detach(device.device, &image) {
+            if attached && let Err(left) = self.loops.detach(device.device, &image) {
                 log::warn!("read-only device of a failed publish stays: {left}");
             }
             return Err(PublishError::Mount(e).into());
@@ -254,7 +254,7 @@ impl Driver {
         let still_used = (targets(&table, &found).iter()).any(|(_, s)| s.device == status.device);
         if status.read_only && !still_used {
             // Open in a pod still: it stays until unstage, which reports that.
-            if let Err(e) = loopdev::detach(status.device, &self.image_of(&record.id)) {
+            if let Err(e) = self.loops.detach(status.device, &self.image_of(&record.id)) {
                 log::info!(
                     "read-only device of volume {} stays for now: {e}",
                     record.id
@@ -298,7 +298,7 @@ impl Driver {
         loopdev::grow_backing_file(&image, record.capacity)?;
         let mut size = record.capacity;
         for status in &self.found(record)?.ours {
-            size = loopdev::refresh_capacity(status.device, &image)?;
+            size = self.loops.refresh_capacity(status.device, &image)?;
         }
         Ok(size)
     }
@@ -313,7 +313,7 @@ impl Driver {
         if !image.exists() {
             return Ok(None);
         }
-        let found = loopdev::find(&image)?;
+        let found = self.loops.find(&image)?;
         Ok((found.ours.iter().chain(&found.foreign))
             .map(|s| s.device.path())
             .next())
@@ -328,8 +328,8 @@ impl Driver {
             return Ok(());
         };
         let image = self.image_of(&record.id);
-        for status in loopdev::find(&image)?.ours {
-            if status.direct_io != on && !loopdev::set_direct_io(status.device, &image, on)? {
+        for status in self.loops.find(&image)?.ours {
+            if status.direct_io != on && !self.loops.set_direct_io(status.device, &image, on)? {
                 log::info!(
                     "{} of volume {} stays buffered: its file cannot do direct I/O",
                     status.device,
@@ -349,9 +349,18 @@ impl Driver {
         if !image.exists() {
             return Ok(());
         }
-        for status in loopdev::find(&image)?.ours.iter().filter(|s| !s.read_only) {
-            loopdev::flush(status.device)?;
+        for status in self
+            .loops
+            .find(&image)?
+            .ours
+            .iter()
+            .filter(|s| !s.read_only)
+        {
+            self.loops.flush(status.device)?;
         }
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

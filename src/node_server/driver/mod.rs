@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::grpc::validate;
 use super::{Config, ConfigError};
+use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
 use crate::node_server::state::snapshots::Snapshots;
@@ -32,6 +33,8 @@ pub struct Driver {
     pub(super) config: Config,
     pub(super) volumes: Arc<Volumes>,
     pub(super) mounter: Arc<dyn Mounter>,
+    /// Block volumes' loop devices.
+    pub(super) loops: Arc<dyn LoopDevices>,
     pub(super) snapshots: Snapshots,
     /// Volumes and snapshots being copied from or deleted.
     pub(super) sources: Arc<Sources>,
@@ -89,8 +92,17 @@ pub struct Stats {
 
 impl Driver {
     /// Opens the state directory (creating it), loads every volume record, and checks the
-    /// configuration.
-    pub fn open(mut config: Config, mounter: Arc<dyn Mounter>) -> Result<Self, OpenError> {
+    /// configuration; block volumes go on the kernel's loop devices.
+    pub fn open(config: Config, mounter: Arc<dyn Mounter>) -> Result<Self, OpenError> {
+        Self::open_with(config, mounter, Arc::new(KernelLoops))
+    }
+
+    /// [`Self::open`] with the loop devices given: the seam unit tests use.
+    pub fn open_with(
+        mut config: Config,
+        mounter: Arc<dyn Mounter>,
+        loops: Arc<dyn LoopDevices>,
+    ) -> Result<Self, OpenError> {
         config.check()?;
         let dir = &config.state_dir;
         let fail = |op| {
@@ -114,6 +126,7 @@ impl Driver {
             config,
             volumes,
             mounter,
+            loops,
             snapshots,
             sources: Sources::new(),
         })
