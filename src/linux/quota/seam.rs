@@ -59,11 +59,12 @@ pub mod fake {
         Release(Option<PathBuf>, u32),
     }
 
-    #[derive(Debug, Default)]
+    /// Clones share their state: a test keeps one and gives another to the code under test.
+    #[derive(Debug, Default, Clone)]
     pub struct RecordingQuotas {
         /// IDs with a quota record (what `next_in_use` finds) and their usage.
-        pub projects: Mutex<BTreeMap<u32, Usage>>,
-        pub calls: Mutex<Vec<Call>>,
+        pub projects: Arc<Mutex<BTreeMap<u32, Usage>>>,
+        pub calls: Arc<Mutex<Vec<Call>>>,
         /// `assign` of this directory fails.
         pub failing_dir: Option<PathBuf>,
     }
@@ -85,31 +86,6 @@ pub mod fake {
         }
         fn path(&self) -> &Path {
             Path::new("/fake")
-        }
-    }
-
-    /// A test keeps one handle and gives the other to the code under test.
-    impl InUse for Arc<RecordingQuotas> {
-        fn next_in_use(&self, from: u32) -> Result<Option<u32>, QuotaError> {
-            RecordingQuotas::next_in_use(self, from)
-        }
-        fn path(&self) -> &Path {
-            RecordingQuotas::path(self)
-        }
-    }
-
-    impl ProjectQuotas for Arc<RecordingQuotas> {
-        fn assign(&self, dir: &Path, id: u32, limits: Limits) -> Result<(), QuotaError> {
-            RecordingQuotas::assign(self, dir, id, limits)
-        }
-        fn set_limits(&self, id: u32, limits: Limits) -> Result<(), QuotaError> {
-            RecordingQuotas::set_limits(self, id, limits)
-        }
-        fn release(&self, dir: Option<&Path>, id: u32) -> Result<(), QuotaError> {
-            RecordingQuotas::release(self, dir, id)
-        }
-        fn usage(&self, id: u32) -> Result<Usage, QuotaError> {
-            RecordingQuotas::usage(self, id)
         }
     }
 

@@ -291,15 +291,10 @@ mod tests {
 
     use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
     use crate::linux::quota::{Limits, Usage};
-    use std::sync::Arc;
 
     /// Quotas enforced by a fake the test keeps a handle on.
-    fn enforcing(quotas: RecordingQuotas) -> (VolumeQuotas, Arc<RecordingQuotas>) {
-        let quotas = Arc::new(quotas);
-        (
-            VolumeQuotas::enforcing(Box::new(Arc::clone(&quotas))),
-            quotas,
-        )
+    fn enforcing(quotas: RecordingQuotas) -> (VolumeQuotas, RecordingQuotas) {
+        (VolumeQuotas::enforcing(Box::new(quotas.clone())), quotas)
     }
 
     fn sized(id: &str, capacity: u64, project_id: Option<u32>) -> Record {
