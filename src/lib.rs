@@ -36,6 +36,7 @@
 //! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
 //!   formatting of values and errors. [`backoff`] — the one doubling back-off. [`rlimit`] —
 //!   process limits `main` sets before any mode starts.
+//! - [`plugin_registry`] — `<driver>-reg.sock`, the registration socket's name.
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
@@ -54,6 +55,7 @@ pub mod linux;
 pub mod logging;
 pub mod metrics;
 pub mod node_server;
+pub mod plugin_registry;
 pub mod probe;
 pub mod proto;
 pub mod quantity;

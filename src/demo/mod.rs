@@ -168,7 +168,7 @@ fn cleanup(layout: &Layout) -> Result<(), BoxError> {
     }
     let sockets = [
         layout.csi_socket(),
-        crate::registrar::registration_socket(&layout.registry(), DRIVER),
+        crate::plugin_registry::socket_path(&layout.registry(), DRIVER),
     ];
     let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
     std::fs::remove_dir_all(&layout.root)

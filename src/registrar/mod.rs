@@ -74,11 +74,6 @@ crate::mode_args! {
     }
 }
 
-/// The registration socket path for a driver: `<dir>/<driver>-reg.sock`.
-pub fn registration_socket(dir: &std::path::Path, driver: &str) -> PathBuf {
-    dir.join(format!("{driver}-reg.sock"))
-}
-
 /// The command line, validated.
 #[derive(Debug, Clone)]
 pub struct Settings {

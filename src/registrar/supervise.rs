@@ -223,8 +223,10 @@ impl Supervisor {
     /// Serves registration sockets for `driver`, one generation after another, until shutdown
     /// or until the driver restarts.
     async fn keep_registered(&mut self, driver: &Driver) -> Result<Next, GiveUp> {
-        let path =
-            super::registration_socket(&self.settings.plugin_registration_path, &driver.name);
+        let path = crate::plugin_registry::socket_path(
+            &self.settings.plugin_registration_path,
+            &driver.name,
+        );
         log::info!(
             "driver {} found at {}; registering through {}",
             driver.name,

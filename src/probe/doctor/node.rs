@@ -3,6 +3,7 @@
 //! sockets that are only leftovers, and driver sockets under `plugins/` that no registrar
 //! announces.
 
+use crate::plugin_registry;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ pub fn classify(entries: Vec<Entry>) -> (Vec<PathBuf>, Vec<Finding>) {
         let registration_name = entry
             .path
             .file_name()
-            .is_some_and(|n| n.to_string_lossy().ends_with("-reg.sock"));
+            .is_some_and(|n| plugin_registry::driver_of(&n.to_string_lossy()).is_some());
         match entry.kind {
             Kind::Socket if entry.hidden() => findings.push(Finding::info(
                 "registry.hidden",
@@ -141,7 +142,7 @@ pub fn cross_check(plugins: &mut [Plugin]) {
             .socket
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
-        let Some(driver) = name.as_deref().and_then(|n| n.strip_suffix("-reg.sock")) else {
+        let Some(driver) = name.as_deref().and_then(plugin_registry::driver_of) else {
             continue;
         };
         let Some((_, through)) = live.iter().find(|(d, _)| d == driver) else {
