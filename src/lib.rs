@@ -5,10 +5,12 @@
 //! - `main.rs` — thin: argv → mode → logging and [`rlimit`] → `<mode>::main(args)` → exit code
 //!   (the only place that picks exit codes).
 //! - [`cli`] — mode dispatch from `argv[0]` or a subcommand; Go-style flag normalisation;
-//!   [`ModeArgs`](cli::ModeArgs), what `main` needs from every mode's `Args`.
-//! - Every mode has one contract: `Args` (argh) → `Settings::from_args` (validated; a bad value
-//!   is a usage error, exit 2) → `run(settings)` (runtime and signals, at the edge) →
-//!   `serve(listeners…, settings, shutdown)`, which tests call in-process.
+//!   typed flag values ([`cli::values`]); [`ModeArgs`](cli::ModeArgs), what `main` needs from
+//!   every mode's `Args`.
+//! - Every mode has one contract: `Args` (argh, with typed values from [`cli::values`]: a bad
+//!   value is refused while parsing, exit 2) → `Settings::from_args` (assembled; flags that
+//!   exclude each other are a usage error, exit 2) → `run(settings)` (runtime and signals, at
+//!   the edge) → `serve(listeners…, settings, shutdown)`, which tests call in-process.
 //! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown.
 //! - [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
@@ -91,7 +93,8 @@ pub fn deepest_cause(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A usage mistake found after flag parsing (a missing subcommand, flags that exclude each
-/// other, a value the mode cannot use); `main` reports it like a bad flag, with exit code 2.
+/// other, a configuration the CSI spec does not allow; a bad value of one flag is refused while
+/// parsing, see [`cli::values`]); `main` reports it like a bad flag, with exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct UsageError(pub BoxError);
@@ -99,14 +102,5 @@ pub struct UsageError(pub BoxError);
 impl UsageError {
     pub fn new(error: impl Into<BoxError>) -> Self {
         Self(error.into())
-    }
-
-    /// A flag's value the mode cannot use, in the words of Go's flag package:
-    /// `invalid value "" for flag --csi-address: socket address is empty`.
-    pub fn flag(flag: &str, value: &str, why: impl std::fmt::Display) -> Self {
-        Self::new(format!(
-            "invalid value {} for flag {flag}: {why}",
-            gocompat::quote(value)
-        ))
     }
 }

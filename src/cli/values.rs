@@ -104,6 +104,7 @@ macro_rules! flag_value {
         }
     )*};
 }
+pub(crate) use flag_value;
 
 flag_value!(
     SocketAddress,
