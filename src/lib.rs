@@ -12,13 +12,15 @@
 //! - The modes: [`node_server`] (the CSI plugin), [`registrar`] (drop-in
 //!   node-driver-registrar), [`probe`] (livenessprobe, exec probes, the kubelet emulator, the
 //!   doctor), [`demo`]. Each has the same shape: `Args` (argh, declared with
-//!   [`mode_args!`]) → `Settings::from_args` (validated; a bad value is a [`UsageError`], exit
+//!   [`mode_args!`] and typed values: a bad value is refused while parsing, exit 2) →
+//!   `Settings::from_args` (assembled; flags that exclude each other are a [`UsageError`], exit
 //!   2) → `run(settings)` (runtime and signals, at the edge). The servers among them
 //!   (node-server, registrar, probe serve) also have `serve(listener…, …, shutdown)`, which
 //!   tests call in-process with their own listeners.
 //! - [`cli`] — what every mode's command line shares: dispatch over the table of modes, Go-style
-//!   flags rewritten for argh, Go's `--help` layout, [`ModeArgs`](cli::ModeArgs) and
-//!   [`VERSION`](cli::VERSION). It knows no mode.
+//!   flags rewritten for argh, typed flag values argh refuses while parsing ([`cli::values`]),
+//!   Go's `--help` layout, [`ModeArgs`](cli::ModeArgs) and [`VERSION`](cli::VERSION). It
+//!   knows no mode.
 //! - [`linux`] — the Linux layer: bind mounts behind the [`Mounter`](linux::mount::Mounter)
 //!   trait, the mount table, project quotas (behind `ProjectQuotas`), loop devices (behind
 //!   `LoopDevices`), the tree copy engine. It knows no CSI.
@@ -79,7 +81,8 @@ pub fn deepest_cause(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A usage mistake found after flag parsing (a missing subcommand, flags that exclude each
-/// other, a value the mode cannot use); `main` reports it like a bad flag, with exit code 2.
+/// other, a configuration the CSI spec does not allow; a bad value of one flag is refused while
+/// parsing, see [`cli::values`]); `main` reports it like a bad flag, with exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct UsageError(pub BoxError);
@@ -87,14 +90,5 @@ pub struct UsageError(pub BoxError);
 impl UsageError {
     pub fn new(error: impl Into<BoxError>) -> Self {
         Self(error.into())
-    }
-
-    /// A flag's value the mode cannot use, in the words of Go's flag package:
-    /// `invalid value "" for flag --csi-address: socket address is empty`.
-    pub fn flag(flag: &str, value: &str, why: impl std::fmt::Display) -> Self {
-        Self::new(format!(
-            "invalid value {} for flag {flag}: {why}",
-            gocompat::quote(value)
-        ))
     }
 }

@@ -9,6 +9,7 @@ use argh::{ArgsInfo, CommandInfoWithArgs, FlagInfoKind, FromArgs};
 
 use super::help;
 use super::mode_args::UNDERSCORED;
+use super::values::Refusal;
 
 /// A flag that cannot be rewritten: the message names it.
 #[derive(Debug, PartialEq, Eq)]
@@ -166,12 +167,49 @@ pub fn parse_implied<T: FromArgs + ArgsInfo>(
     let command: Vec<&str> = program.split(' ').collect();
     T::from_args(&command, &words).map_err(|early| match early.status {
         Ok(()) => ParseStop::Help(early.output),
-        Err(()) => ParseStop::Usage(format!("{program}: {}", go_wording(&early.output))),
+        Err(()) => {
+            let line = match Refusal::decode(&early.output) {
+                Some(refusal) => refused::<T>(&refusal, &command, &words, &early.output),
+                None => go_wording(&early.output),
+            };
+            ParseStop::Usage(format!("{program}: {line}"))
+        }
     })
 }
 
+/// The line for a value one of our [flag values](super::values) refused, in Go's words:
+/// `invalid value "" for flag --csi-address: socket address is empty`. The refusal carries the
+/// reason and the value; the flag is found in the command line's words, not in argh's text.
+/// argh reads the words in order and stops at the first value it cannot parse, so the
+/// shortest run of words that argh refuses with the same text ends with that value, after its
+/// flag (an earlier flag given the same value, and accepted it, fails no shorter run).
+fn refused<T: FromArgs>(refusal: &Refusal, command: &[&str], words: &[&str], text: &str) -> String {
+    let shown = crate::gocompat::quote(refusal.shown().unwrap_or_default());
+    let why = refusal.why();
+    // Only a word before `--` is a flag.
+    let flags_end = words.iter().position(|w| *w == "--").unwrap_or(words.len());
+    let flag = (2..=words.len())
+        .find(|&end| T::from_args(command, &words[..end]).is_err_and(|e| e.output == text))
+        .filter(|end| end - 2 < flags_end)
+        .map(|end| words[end - 2])
+        .filter(|word| word.starts_with("--"));
+    match flag {
+        Some(flag) => format!(
+            "invalid value {shown} for flag --{}: {why}",
+            help::spelled(flag)
+        ),
+        // A positional argument: none of our commands takes one.
+        None => format!("invalid value {shown}: {why}"),
+    }
+}
+
 /// argh's error texts in one line (a wrong flag must be reported on one line), in the words
-/// Go's flag package uses for the same mistakes.
+/// Go's flag package uses for the same mistakes. The one place that reads argh's English, for
+/// what only argh knows: a flag no struct has, a word no command takes, an option given last
+/// with no value, and a value refused by a type that is not one of our
+/// [flag values](super::values) (`u8`, `u16`, a `FromStr` type), whose error argh turns into
+/// bare text. The texts it reads are pinned by `argh_texts_go_wording_reads_are_as_pinned`
+/// in the tests, so an argh upgrade that rewords them fails a test instead of this line.
 fn go_wording(text: &str) -> String {
     let line = one_line(text);
     if let Some(arg) = line.strip_prefix("Unrecognized argument: ") {

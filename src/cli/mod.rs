@@ -1,5 +1,6 @@
 //! The command line, for every mode: which mode runs ([`dispatch`], from the table of modes in
 //! `main.rs`), Go-style flags rewritten for argh and parsed into a mode's `Args` ([`flags`]),
+//! the typed flag values argh parses, so a bad value is refused while parsing ([`values`]),
 //! `--help` in Go's layout ([`help`]), and what every mode's `Args` shares ([`mode_args`]:
 //! [`ModeArgs`], [`mode_args!`](crate::mode_args), [`VERSION`]). This module knows no mode:
 //! modes depend on it, never the other way round.
@@ -8,6 +9,7 @@ pub mod dispatch;
 pub mod flags;
 pub mod help;
 pub mod mode_args;
+pub mod values;
 
 pub use dispatch::{Dispatch, Invocation, Mode, dispatch, help_text, usage};
 pub use flags::{

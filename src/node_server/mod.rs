@@ -35,6 +35,7 @@ pub use driver::OpenError;
 use crate::linux::quota;
 use grpc::{controller, field_limits, group_controller, identity, node};
 
+use crate::cli::values::{ByteSize, FlagValue, NonEmptyPath, SocketAddress};
 use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
@@ -55,8 +56,8 @@ crate::mode_args! {
     pub struct Args {
         /// CSI endpoint to listen on: unix:///path, unix:/path or /path (default
         /// "unix:///csi/csi.sock")
-        #[argh(option, default = "String::from(\"unix:///csi/csi.sock\")")]
-        pub endpoint: String,
+        #[argh(option, default = "SocketAddress::known(\"unix:///csi/csi.sock\")")]
+        pub endpoint: SocketAddress,
         /// driver name reported by GetPluginInfo, domain style, at most 63 characters
         /// (default "nodekit.csi.local")
         #[argh(option, default = "String::from(DEFAULT_DRIVER_NAME)")]
@@ -70,10 +71,10 @@ crate::mode_args! {
         /// bytes all volumes may take together, e.g. 100Gi (default: the free space of the
         /// state directory's filesystem when each volume is created)
         #[argh(option)]
-        pub capacity: Option<String>,
+        pub capacity: Option<ByteSize>,
         /// directory holding volumes and their state (default "/var/lib/csi-nodekit")
-        #[argh(option, default = "PathBuf::from(\"/var/lib/csi-nodekit\")")]
-        pub state_dir: PathBuf,
+        #[argh(option, default = "NonEmptyPath::known(\"/var/lib/csi-nodekit\")")]
+        pub state_dir: NonEmptyPath,
         /// file mode of the CSI socket, octal (default 0660)
         #[argh(option, default = "socket::SocketMode(0o660)", arg_name = "value")]
         pub socket_mode: socket::SocketMode,
@@ -152,31 +153,23 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Checks every value; a bad one is a usage error (exit 2) naming it.
+    /// Assembles the settings (each value was checked while parsing); a configuration the
+    /// CSI spec does not allow is a usage error (exit 2) naming it.
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
-        let endpoint = socket::parse_address(&args.endpoint)
-            .map_err(|e| UsageError::flag("--endpoint", &args.endpoint, e))?;
-        if args.state_dir.as_os_str().is_empty() {
-            return Err(UsageError::flag("--state-dir", "", "must not be empty").into());
-        }
-        let capacity = match &args.capacity {
-            Some(text) => Some(crate::quantity::parse_quantity(text).map_err(UsageError::new)?),
-            None => None,
-        };
         let config = Config {
             node_id: match args.node_id {
                 Some(id) => id,
                 None => default_node_id()?,
             },
             max_volumes_per_node: args.max_volumes_per_node,
-            capacity,
+            capacity: args.capacity.map(ByteSize::bytes),
             quota: args.quota,
             advertise_get_snapshot: args.advertise_get_snapshot,
-            ..Config::new(&args.driver_name, "", args.state_dir)
+            ..Config::new(&args.driver_name, "", args.state_dir.into_path())
         };
         config.check().map_err(UsageError::new)?;
         Ok(Self {
-            endpoint,
+            endpoint: args.endpoint.into_path(),
             socket_perms: socket::Permissions {
                 mode: args.socket_mode.0,
                 gid: args.socket_group,

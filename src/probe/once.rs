@@ -7,9 +7,9 @@ use std::time::Duration;
 use argh::{ArgsInfo, FromArgs};
 
 use super::check;
-use crate::gocompat::GoDuration;
+use crate::BoxError;
+use crate::cli::values::{FlagValue, PositiveDuration, SocketAddress};
 use crate::runtime::Threads;
-use crate::{BoxError, UsageError, socket};
 
 crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
@@ -17,15 +17,15 @@ crate::mode_args! {
     /// Call the driver's Probe once: exit 0 if it is ready, 1 with the reason otherwise.
     pub struct Args {
         /// address of the CSI driver socket (default "/run/csi/socket")
-        #[argh(option, default = "String::from(\"/run/csi/socket\")")]
-        pub csi_address: String,
+        #[argh(option, default = "SocketAddress::known(\"/run/csi/socket\")")]
+        pub csi_address: SocketAddress,
         /// deadline for connecting and calling Probe (default 3s)
-        #[argh(option, default = "GoDuration(Duration::from_secs(3))", arg_name = "duration")]
-        pub probe_timeout: GoDuration,
+        #[argh(option, default = "PositiveDuration::from_secs(3)", arg_name = "duration")]
+        pub probe_timeout: PositiveDuration,
     }
 }
 
-/// The command line, validated.
+/// The command line, as the probe uses it (its values were checked while parsing).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub csi_address: std::path::PathBuf,
@@ -34,14 +34,9 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
-        let csi_address = socket::parse_address(&args.csi_address)
-            .map_err(|e| UsageError::flag("--csi-address", &args.csi_address, e))?;
-        if args.probe_timeout.0.is_zero() {
-            return Err(UsageError::flag("--probe-timeout", "0s", "must be more than 0").into());
-        }
         Ok(Self {
-            csi_address,
-            probe_timeout: args.probe_timeout.0,
+            csi_address: args.csi_address.into_path(),
+            probe_timeout: args.probe_timeout.get(),
         })
     }
 }

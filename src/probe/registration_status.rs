@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, FromArgs};
 
-use crate::gocompat::GoDuration;
+use crate::BoxError;
+use crate::cli::values::{FlagValue, HttpEndpoint, PositiveDuration};
 use crate::runtime::Threads;
-use crate::{BoxError, UsageError};
 
 crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
@@ -16,15 +16,15 @@ crate::mode_args! {
     /// Exit 0 if the kubelet confirmed the driver's registration (asks the registrar's /readyz).
     pub struct Args {
         /// the registrar's --http-endpoint, :9809 meaning this host (default ":9809")
-        #[argh(option, default = "String::from(\":9809\")")]
-        pub http_endpoint: String,
+        #[argh(option, default = "HttpEndpoint::known(\":9809\")")]
+        pub http_endpoint: HttpEndpoint,
         /// deadline for the answer (default 3s)
-        #[argh(option, default = "GoDuration(Duration::from_secs(3))", arg_name = "duration")]
-        pub timeout: GoDuration,
+        #[argh(option, default = "PositiveDuration::from_secs(3)", arg_name = "duration")]
+        pub timeout: PositiveDuration,
     }
 }
 
-/// The command line, validated.
+/// The command line, as the question uses it (its values were checked while parsing).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The registrar's HTTP endpoint.
@@ -34,14 +34,9 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
-        crate::http::check_endpoint(&args.http_endpoint)
-            .map_err(|e| UsageError::flag("--http-endpoint", &args.http_endpoint, e))?;
-        if args.timeout.0.is_zero() {
-            return Err(UsageError::flag("--timeout", "0s", "must be more than 0").into());
-        }
         Ok(Self {
-            http_endpoint: args.http_endpoint,
-            timeout: args.timeout.0,
+            http_endpoint: args.http_endpoint.into_string(),
+            timeout: args.timeout.get(),
         })
     }
 }

@@ -12,6 +12,9 @@ use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
 use super::check::{self, ProbeError};
+use crate::cli::values::{
+    FlagValue, HttpEndpoint, HttpPath, OrEmpty, PositiveDuration, SocketAddress, TcpPort,
+};
 use crate::gocompat::GoDuration;
 use crate::http::Reply;
 use crate::metrics::Metrics;
@@ -26,24 +29,24 @@ crate::mode_args! {
     /// Serve /healthz by calling the driver's Probe (drop-in livenessprobe).
     pub struct Args {
         /// address of the CSI driver socket (default "/run/csi/socket")
-        #[argh(option, default = "String::from(\"/run/csi/socket\")")]
-        pub csi_address: String,
+        #[argh(option, default = "SocketAddress::known(\"/run/csi/socket\")")]
+        pub csi_address: SocketAddress,
         /// deadline for connecting and calling Probe (default 3s)
-        #[argh(option, default = "GoDuration(Duration::from_secs(3))", arg_name = "duration")]
-        pub probe_timeout: GoDuration,
+        #[argh(option, default = "PositiveDuration::from_secs(3)", arg_name = "duration")]
+        pub probe_timeout: PositiveDuration,
         /// deprecated: TCP port for /healthz on 0.0.0.0 (use --http-endpoint) (default "9808")
-        #[argh(option, default = "String::from(\"9808\")")]
-        pub health_port: String,
+        #[argh(option, default = "TcpPort::known(\"9808\")")]
+        pub health_port: TcpPort,
         /// address to listen on for /healthz and /metrics, e.g. :9808; if set, --health-port
         /// and --metrics-address cannot be
-        #[argh(option, default = "String::new()")]
-        pub http_endpoint: String,
+        #[argh(option, default = "OrEmpty::default()")]
+        pub http_endpoint: OrEmpty<HttpEndpoint>,
         /// deprecated: a separate address for metrics, e.g. :8080 (use --http-endpoint)
-        #[argh(option, default = "String::new()")]
-        pub metrics_address: String,
+        #[argh(option, default = "OrEmpty::default()")]
+        pub metrics_address: OrEmpty<HttpEndpoint>,
         /// path of the metrics page (default "/metrics")
-        #[argh(option, default = "String::from(\"/metrics\")")]
-        pub metrics_path: String,
+        #[argh(option, default = "HttpPath::known(\"/metrics\")")]
+        pub metrics_path: HttpPath,
         /// accepted and ignored: livenessprobe v1's, without effect there either
         #[argh(option, arg_name = "duration")]
         pub connection_timeout: Option<GoDuration>,
@@ -222,7 +225,7 @@ async fn answer(prober: Arc<Prober>, metrics_path: Arc<str>, path: String) -> Re
     Reply::not_found()
 }
 
-/// The command line, validated.
+/// The command line, as the server uses it (its values were checked while parsing).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub csi_address: std::path::PathBuf,
@@ -235,50 +238,28 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Checks every value before anything starts; a bad one is a usage error naming it.
+    /// Assembles the settings; flags that exclude each other are a usage error.
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
-        let csi_address = socket::parse_address(&args.csi_address)
-            .map_err(|e| UsageError::flag("--csi-address", &args.csi_address, e))?;
-        if args.probe_timeout.0.is_zero() {
-            return Err(UsageError::flag("--probe-timeout", "0s", "must be more than 0").into());
-        }
-        let port_ok = args.health_port.parse::<u16>().is_ok_and(|p| p > 0)
-            && args.health_port.bytes().all(|b| b.is_ascii_digit());
-        if !port_ok {
-            let why = "expected a port from 1 to 65535";
-            return Err(UsageError::flag("--health-port", &args.health_port, why).into());
-        }
-        for (flag, value) in [
-            ("--http-endpoint", &args.http_endpoint),
-            ("--metrics-address", &args.metrics_address),
-        ] {
-            if !value.is_empty() {
-                crate::http::check_endpoint(value).map_err(|e| UsageError::flag(flag, value, e))?;
-            }
-        }
-        if !args.metrics_path.starts_with('/') {
-            let why = "must start with /";
-            return Err(UsageError::flag("--metrics-path", &args.metrics_path, why).into());
-        }
-        let http_endpoint = match args.http_endpoint.as_str() {
-            "" => format!("0.0.0.0:{}", args.health_port),
+        let metrics_address = args.metrics_address.into_option();
+        let http_endpoint = match args.http_endpoint.into_option() {
+            None => format!("0.0.0.0:{}", args.health_port.as_str()),
             // As upstream: --health-port=9808 written out next to --http-endpoint is allowed.
-            _ if args.health_port != "9808" => {
+            Some(_) if args.health_port.as_str() != "9808" => {
                 let why = "only one of --http-endpoint and --health-port may be set";
                 return Err(UsageError::new(why).into());
             }
-            _ if !args.metrics_address.is_empty() => {
+            Some(_) if metrics_address.is_some() => {
                 let why = "only one of --http-endpoint and --metrics-address may be set";
                 return Err(UsageError::new(why).into());
             }
-            given => given.to_owned(),
+            Some(given) => given.into_string(),
         };
         Ok(Self {
-            csi_address,
-            probe_timeout: args.probe_timeout.0,
+            csi_address: args.csi_address.into_path(),
+            probe_timeout: args.probe_timeout.get(),
             http_endpoint,
-            metrics_address: Some(args.metrics_address).filter(|a| !a.is_empty()),
-            metrics_path: args.metrics_path,
+            metrics_address: metrics_address.map(HttpEndpoint::into_string),
+            metrics_path: args.metrics_path.into_string(),
         })
     }
 }

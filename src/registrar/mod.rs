@@ -14,6 +14,9 @@ use argh::{ArgsInfo, FromArgs};
 
 pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 
+use crate::cli::values::{
+    self, FlagValue, HttpEndpoint, NonEmptyPath, OrEmpty, PositiveDuration, Refusal, SocketAddress,
+};
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
@@ -25,29 +28,29 @@ crate::mode_args! {
     /// Registers a CSI driver with the kubelet and keeps it registered (drop-in node-driver-registrar).
     pub struct Args {
         /// path of the CSI driver socket the registrar connects to (default "/run/csi/socket")
-        #[argh(option, default = "String::from(\"/run/csi/socket\")")]
-        pub csi_address: String,
+        #[argh(option, default = "SocketAddress::known(\"/run/csi/socket\")")]
+        pub csi_address: SocketAddress,
         /// path of the CSI driver socket on the Kubernetes host, handed to the kubelet
         /// (required)
         #[argh(option)]
         pub kubelet_registration_path: Option<String>,
         /// directory where <driver>-reg.sock is created (default "/registration")
-        #[argh(option, default = "PathBuf::from(\"/registration\")")]
-        pub plugin_registration_path: PathBuf,
+        #[argh(option, default = "NonEmptyPath::known(\"/registration\")")]
+        pub plugin_registration_path: NonEmptyPath,
         /// deadline of each GetPluginInfo call and of the /healthz self-check (default 1s)
-        #[argh(option, default = "GoDuration(Duration::from_secs(1))", arg_name = "duration")]
-        pub timeout: GoDuration,
+        #[argh(option, default = "PositiveDuration::from_secs(1)", arg_name = "duration")]
+        pub timeout: PositiveDuration,
         /// address of the HTTP server for /healthz, /readyz and /metrics, e.g. :9809; empty
         /// means no server
-        #[argh(option, default = "String::new()")]
-        pub http_endpoint: String,
+        #[argh(option, default = "OrEmpty::default()")]
+        pub http_endpoint: OrEmpty<HttpEndpoint>,
         /// deprecated: TCP port for /healthz on every interface; 0 means none (use
         /// --http-endpoint)
         #[argh(option, default = "0", arg_name = "int")]
         pub health_port: u16,
         /// deprecated: kubelet-registration-probe exits 0 at once, as upstream v2.9 and later
-        #[argh(option, default = "String::new()")]
-        pub mode: String,
+        #[argh(option, default = "Mode::Registration")]
+        pub mode: Mode,
         /// accepted and ignored: deprecated upstream, without effect there either
         #[argh(option, arg_name = "duration")]
         pub connection_timeout: Option<GoDuration>,
@@ -74,6 +77,30 @@ crate::mode_args! {
     }
 }
 
+/// `--mode`: `registration` (or empty), or `kubelet-registration-probe`, which exits 0 at
+/// once, as upstream v2.9 and later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `registration`, or empty: register the driver.
+    Registration,
+    /// `kubelet-registration-probe`: exit 0 at once.
+    KubeletRegistrationProbe,
+}
+
+impl FlagValue for Mode {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        match text {
+            "" | "registration" => Ok(Self::Registration),
+            "kubelet-registration-probe" => Ok(Self::KubeletRegistrationProbe),
+            _ => Err(Refusal::new(
+                "expected registration or kubelet-registration-probe",
+            )),
+        }
+    }
+}
+
+values::flag_value!(Mode);
+
 /// The command line, validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -87,50 +114,25 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Checks the flags (a bad one is a usage error, exit 2); `None` means "exit at once,
-    /// successfully" (upstream's probe mode).
+    /// Assembles the settings (a missing or excluded flag is a usage error, exit 2); `None`
+    /// means "exit at once, successfully" (upstream's probe mode).
     pub fn from_args(args: Args) -> Result<Option<Self>, BoxError> {
-        let csi_address = socket::parse_address(&args.csi_address)
-            .map_err(|e| UsageError::flag("--csi-address", &args.csi_address, e))?;
-        if args.plugin_registration_path.as_os_str().is_empty() {
-            return Err(
-                UsageError::flag("--plugin-registration-path", "", "must not be empty").into(),
-            );
-        }
-        if args.timeout.0.is_zero() {
-            return Err(UsageError::flag("--timeout", "0s", "must be more than 0").into());
-        }
-        if !args.http_endpoint.is_empty() {
-            crate::http::check_endpoint(&args.http_endpoint)
-                .map_err(|e| UsageError::flag("--http-endpoint", &args.http_endpoint, e))?;
-        }
         let Some(kubelet_registration_path) =
             args.kubelet_registration_path.filter(|p| !p.is_empty())
         else {
             return Err(UsageError::new("--kubelet-registration-path is required").into());
         };
-        match args.mode.as_str() {
-            "" | "registration" => {}
-            "kubelet-registration-probe" => {
-                log::info!(
-                    "--mode=kubelet-registration-probe is a no-op, as upstream; use `probe registration`"
-                );
-                return Ok(None);
-            }
-            other => {
-                return Err(UsageError::flag(
-                    "--mode",
-                    other,
-                    "expected registration or kubelet-registration-probe",
-                )
-                .into());
-            }
+        if args.mode == Mode::KubeletRegistrationProbe {
+            log::info!(
+                "--mode=kubelet-registration-probe is a no-op, as upstream; use `probe registration`"
+            );
+            return Ok(None);
         }
-        let http_endpoint = match (args.http_endpoint.is_empty(), args.health_port) {
-            (true, 0) => None,
-            (false, 0) => Some(args.http_endpoint),
-            (true, port) => Some(format!(":{port}")),
-            (false, _) => {
+        let http_endpoint = match (args.http_endpoint.into_option(), args.health_port) {
+            (None, 0) => None,
+            (Some(endpoint), 0) => Some(endpoint.into_string()),
+            (None, port) => Some(format!(":{port}")),
+            (Some(_), _) => {
                 return Err(UsageError::new(
                     "only one of --http-endpoint and --health-port may be set",
                 )
@@ -138,10 +140,10 @@ impl Settings {
             }
         };
         Ok(Some(Self {
-            csi_address,
+            csi_address: args.csi_address.into_path(),
             kubelet_registration_path,
-            plugin_registration_path: args.plugin_registration_path,
-            timeout: args.timeout.0,
+            plugin_registration_path: args.plugin_registration_path.into_path(),
+            timeout: args.timeout.get(),
             http_endpoint,
             driver_wait_limit: args.driver_wait_limit.map(|d| d.0).filter(|d| !d.is_zero()),
             socket_perms: socket::Permissions {

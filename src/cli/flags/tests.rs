@@ -1,4 +1,7 @@
 use super::*;
+use crate::cli::values::{
+    FlagValue, HttpEndpoint, NonEmptyPath, OrEmpty, PositiveDuration, SocketAddress,
+};
 use proptest::prelude::*;
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -219,4 +222,113 @@ proptest! {
         let input: Vec<String> = [spelled("v", &first, form), spelled("v", &last, form / 4)].concat();
         prop_assert_eq!(normalize_flags(&input, SWITCHES), Ok(vec!["--v".to_owned(), last]));
     }
+}
+
+/// The texts of argh's that `go_wording` reads, exactly as argh writes them: an argh upgrade
+/// that rewords one fails here, instead of turning a manifest's error line into argh's words.
+#[test]
+fn argh_texts_go_wording_reads_are_as_pinned() {
+    let table: &[(&[&str], &str)] = &[
+        (&["--bogus", "1"], "Unrecognized argument: --bogus\n"),
+        (&["stray"], "Unrecognized argument: stray\n"),
+        (&["--v"], "No value provided for option '--v'.\n"),
+        (
+            &["--v", "loud"],
+            "Error parsing option '--v' with value 'loud': invalid digit found in string\n",
+        ),
+    ];
+    for (words, text) in table {
+        let early = <Sample as argh::FromArgs>::from_args(&["test"], words).unwrap_err();
+        assert_eq!((early.output.as_str(), early.status), (*text, Err(())));
+    }
+}
+
+/// Flags of our typed values, to drive their refusals through argh.
+#[derive(argh::FromArgs, argh::ArgsInfo, Debug)]
+/// typed args
+struct Typed {
+    /// an address
+    #[argh(option, default = "SocketAddress::known(\"/run/csi/socket\")")]
+    csi_address: SocketAddress,
+    /// empty means none
+    #[argh(option, default = "OrEmpty::default()")]
+    http_endpoint: OrEmpty<HttpEndpoint>,
+    /// a deadline
+    #[argh(
+        option,
+        default = "PositiveDuration::from_secs(1)",
+        arg_name = "duration"
+    )]
+    timeout: PositiveDuration,
+    /// a klog name
+    #[argh(option)]
+    log_dir: Option<NonEmptyPath>,
+    /// a foreign type
+    #[argh(option, default = "0")]
+    v: u8,
+}
+
+#[test]
+fn a_refused_typed_value_is_worded_from_the_command_line_not_argh() {
+    let table: &[(&[&str], &str)] = &[
+        (
+            &["--csi-address="],
+            "t: invalid value \"\" for flag --csi-address: socket address is empty",
+        ),
+        (
+            &["-csi-address", "unix://x.sock"],
+            "t: invalid value \"unix://x.sock\" for flag --csi-address: \
+             socket address \"unix://x.sock\" is not an absolute path",
+        ),
+        (
+            &["--timeout=0ms"],
+            "t: invalid value \"0s\" for flag --timeout: must be more than 0",
+        ),
+        (
+            &["--timeout=often"],
+            "t: invalid value \"often\" for flag --timeout: \
+             invalid duration \"often\": expected e.g. 1s, 500ms, 2m30s",
+        ),
+        // The same value given to a flag that takes it first: the flag that refused is named.
+        (
+            &["--http-endpoint=", "--csi-address="],
+            "t: invalid value \"\" for flag --csi-address: socket address is empty",
+        ),
+        (
+            &["--v=1", "--http-endpoint=:0", "--timeout=1s"],
+            "t: invalid value \":0\" for flag --http-endpoint: \
+             port 0 would pick a random port no probe can find",
+        ),
+        // The first refused value in the words is the one reported, as argh reads them.
+        (
+            &["--timeout=0", "--csi-address="],
+            "t: invalid value \"0s\" for flag --timeout: must be more than 0",
+        ),
+        // klog's spelling in the line, Go's quoting of the value.
+        (
+            &["-log_dir="],
+            "t: invalid value \"\" for flag --log_dir: must not be empty",
+        ),
+        (
+            &["--csi-address=tab\there"],
+            "t: invalid value \"tab\\there\" for flag --csi-address: \
+             socket address \"tab\\there\" is not an absolute path",
+        ),
+        // A type that is not ours still gets Go's words, from argh's text.
+        (
+            &["--v=loud"],
+            "t: invalid value \"loud\" for flag --v: invalid digit found in string",
+        ),
+    ];
+    for (input, expected) in table {
+        let stop = parse_mode_args::<Typed>("t", &argv(input)).unwrap_err();
+        assert_eq!(stop, ParseStop::Usage((*expected).into()), "{input:?}");
+    }
+    let parsed: Typed = parse_mode_args("t", &argv(&["--http-endpoint=", "-v=2"])).unwrap();
+    assert!(!parsed.http_endpoint.is_set());
+    assert_eq!(
+        parsed.csi_address.path(),
+        std::path::Path::new("/run/csi/socket")
+    );
+    assert!(parsed.log_dir.is_none() && parsed.v == 2 && !parsed.timeout.get().is_zero());
 }

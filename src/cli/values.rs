@@ -1,0 +1,310 @@
+//! Flag values as types argh parses, so that a value no mode can use is refused while the
+//! command line is parsed, before anything starts, and the modes' `Settings::from_args` only
+//! assemble what was parsed: [`SocketAddress`], [`PositiveDuration`], [`HttpEndpoint`],
+//! [`HttpPath`], [`TcpPort`], [`NonEmptyPath`], [`ByteSize`], and [`OrEmpty`] for a flag whose
+//! empty value means "not set".
+//!
+//! Each implements [`FlagValue`]; [`flag_value!`] gives it argh's `FromArgValue`. A refusal
+//! travels through argh's error text framed by NUL characters, which no command-line word can
+//! hold: [`Refusal::decode`] finds it there without reading a word of argh's English, and
+//! `flags` finds the flag it belongs to in the command line's own words. The line it becomes is
+//! Go's: `invalid value "<value>" for flag --<flag>: <why>`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What frames a refusal inside argh's error text.
+const FRAME: char = '\0';
+
+/// Why a flag's value cannot be used, and the value the error line shows (the text given,
+/// unless the type says otherwise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    why: String,
+    shown: Option<String>,
+}
+
+impl Refusal {
+    /// A refusal for a reason, shown with the text given.
+    pub fn new(why: impl std::fmt::Display) -> Self {
+        Self {
+            why: why.to_string(),
+            shown: None,
+        }
+    }
+
+    /// The same refusal, shown with `shown` instead of the text given (a zero duration is
+    /// shown as Go prints it, `0s`, however it was written).
+    pub fn showing(self, shown: &str) -> Self {
+        Self {
+            shown: Some(shown.to_owned()),
+            ..self
+        }
+    }
+
+    /// The reason, in Go's words: `socket address is empty`.
+    pub fn why(&self) -> &str {
+        &self.why
+    }
+
+    /// The value the error line shows; known once the refusal has been through argh
+    /// ([`Refusal::decode`] always sets it).
+    pub fn shown(&self) -> Option<&str> {
+        self.shown.as_deref()
+    }
+
+    /// The refusal of `text`, as argh is handed it: framed, so it can be found in whatever
+    /// argh writes around it. A NUL in the reason or the value (impossible on a real command
+    /// line) is written as Go's `\x00`, so the frame stays whole.
+    fn encode(&self, text: &str) -> String {
+        let clean = |s: &str| s.replace(FRAME, "\\x00");
+        let shown = self.shown.as_deref().unwrap_or(text);
+        format!("{FRAME}{}{FRAME}{}{FRAME}", clean(&self.why), clean(shown))
+    }
+
+    /// The refusal in an error text of argh's, if it holds one, with the value to show.
+    /// Only the frame is read: what argh writes around it does not matter.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.rsplitn(4, FRAME);
+        let _after = parts.next()?;
+        let shown = parts.next()?;
+        let why = parts.next()?;
+        parts.next()?;
+        Some(Self {
+            why: why.to_owned(),
+            shown: Some(shown.to_owned()),
+        })
+    }
+}
+
+/// A flag value of ours: what a command-line text stands for, or why it cannot be used.
+pub trait FlagValue: Sized {
+    fn parse(text: &str) -> Result<Self, Refusal>;
+
+    /// A value written in the code, such as a flag's default; panics if it cannot be used
+    /// (the tests parse every mode's empty command line, so a bad default fails them).
+    fn known(text: &str) -> Self {
+        Self::parse(text).unwrap_or_else(|refusal| panic!("{text:?}: {}", refusal.why))
+    }
+}
+
+/// What argh's `FromArgValue` does for a [`FlagValue`]: the value, or the framed refusal.
+pub fn from_arg_value<T: FlagValue>(text: &str) -> Result<T, String> {
+    T::parse(text).map_err(|refusal| refusal.encode(text))
+}
+
+/// Implements argh's `FromArgValue` for [`FlagValue`] types (argh's own blanket impl is for
+/// `FromStr` types, whose errors it turns into bare text).
+macro_rules! flag_value {
+    ($($type:ty),* $(,)?) => {$(
+        impl argh::FromArgValue for $type {
+            fn from_arg_value(text: &str) -> Result<Self, String> {
+                $crate::cli::values::from_arg_value(text)
+            }
+        }
+    )*};
+}
+pub(crate) use flag_value;
+
+flag_value!(
+    SocketAddress,
+    PositiveDuration,
+    HttpEndpoint,
+    HttpPath,
+    TcpPort,
+    NonEmptyPath,
+    ByteSize,
+);
+
+/// A Unix socket address: `unix:///path`, `unix:/path` or `/path`, absolute and short enough
+/// for a socket. Keeps the text given (the help's defaults are written that way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketAddress {
+    text: String,
+    path: PathBuf,
+}
+
+impl SocketAddress {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn into_path(self) -> PathBuf {
+        self.path
+    }
+}
+
+impl FlagValue for SocketAddress {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        let path = crate::socket::parse_address(text).map_err(Refusal::new)?;
+        Ok(Self {
+            text: text.to_owned(),
+            path,
+        })
+    }
+}
+
+/// A Go duration (`3s`, `1m30s`) of more than zero: a deadline of zero would fail every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PositiveDuration(Duration);
+
+impl PositiveDuration {
+    /// A default written in the code; panics at zero.
+    pub const fn from_secs(secs: u64) -> Self {
+        assert!(secs > 0, "a positive duration");
+        Self(Duration::from_secs(secs))
+    }
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl FlagValue for PositiveDuration {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        let crate::gocompat::GoDuration(duration) = text.parse().map_err(Refusal::new)?;
+        match duration.is_zero() {
+            true => Err(Refusal::new("must be more than 0").showing("0s")),
+            false => Ok(Self(duration)),
+        }
+    }
+}
+
+/// A Go-style listen address: `:9808`, `0.0.0.0:9808`, `[::1]:9808`, `localhost:9808`
+/// (see [`crate::http::check_endpoint`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpEndpoint(String);
+
+impl HttpEndpoint {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl FlagValue for HttpEndpoint {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        crate::http::check_endpoint(text).map_err(Refusal::new)?;
+        Ok(Self(text.to_owned()))
+    }
+}
+
+/// The path of an HTTP page: `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpPath(String);
+
+impl HttpPath {
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl FlagValue for HttpPath {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        match text.starts_with('/') {
+            true => Ok(Self(text.to_owned())),
+            false => Err(Refusal::new("must start with /")),
+        }
+    }
+}
+
+/// A TCP port from 1 to 65535, in digits only, kept as written (`--health-port`, a string
+/// flag upstream, is compared and joined to an address as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpPort(String);
+
+impl TcpPort {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FlagValue for TcpPort {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        let valid = text.parse::<u16>().is_ok_and(|port| port > 0)
+            && text.bytes().all(|b| b.is_ascii_digit());
+        match valid {
+            true => Ok(Self(text.to_owned())),
+            false => Err(Refusal::new("expected a port from 1 to 65535")),
+        }
+    }
+}
+
+/// A path that is not empty (a directory the mode works in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonEmptyPath(PathBuf);
+
+impl NonEmptyPath {
+    pub fn into_path(self) -> PathBuf {
+        self.0
+    }
+}
+
+impl FlagValue for NonEmptyPath {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        match text.is_empty() {
+            true => Err(Refusal::new("must not be empty")),
+            false => Ok(Self(PathBuf::from(text))),
+        }
+    }
+}
+
+/// A byte count as Kubernetes writes it: `100Gi`, `500M`, `1073741824`
+/// (see [`crate::quantity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(u64);
+
+impl ByteSize {
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+impl FlagValue for ByteSize {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        crate::quantity::parse_quantity(text)
+            .map(Self)
+            .map_err(Refusal::new)
+    }
+}
+
+/// A flag whose empty value means "not set", as its default is: `--http-endpoint=`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrEmpty<T>(Option<T>);
+
+impl<T> OrEmpty<T> {
+    pub fn into_option(self) -> Option<T> {
+        self.0
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl<T> Default for OrEmpty<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<T: FlagValue> FlagValue for OrEmpty<T> {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        match text.is_empty() {
+            true => Ok(Self(None)),
+            false => T::parse(text).map(|value| Self(Some(value))),
+        }
+    }
+}
+
+impl<T: FlagValue> argh::FromArgValue for OrEmpty<T> {
+    fn from_arg_value(text: &str) -> Result<Self, String> {
+        from_arg_value(text)
+    }
+}
+
+#[cfg(test)]
+mod tests;

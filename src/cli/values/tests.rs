@@ -1,0 +1,117 @@
+use super::*;
+
+fn why<T: FlagValue + std::fmt::Debug>(text: &str) -> String {
+    T::parse(text).unwrap_err().why().to_owned()
+}
+
+#[test]
+fn socket_addresses_take_the_three_forms_and_keep_the_text() {
+    for text in [
+        "unix:///csi/csi.sock",
+        "unix:/csi/csi.sock",
+        "/csi/csi.sock",
+    ] {
+        let address = SocketAddress::parse(text).unwrap();
+        assert_eq!(address.path(), Path::new("/csi/csi.sock"), "{text}");
+        assert!(format!("{address:?}").contains(text), "{address:?}");
+    }
+    assert_eq!(why::<SocketAddress>(""), "socket address is empty");
+    assert_eq!(
+        why::<SocketAddress>("unix://csi.sock"),
+        "socket address \"unix://csi.sock\" is not an absolute path"
+    );
+}
+
+#[test]
+fn positive_durations_refuse_zero_shown_as_go_prints_it() {
+    assert_eq!(
+        PositiveDuration::parse("1m30s").unwrap().get(),
+        Duration::from_secs(90)
+    );
+    for zero in ["0", "0s", "0ms"] {
+        let refusal = PositiveDuration::parse(zero).unwrap_err();
+        assert_eq!(refusal.why(), "must be more than 0");
+        assert_eq!(refusal.shown(), Some("0s"));
+    }
+    let malformed = PositiveDuration::parse("often").unwrap_err();
+    assert_eq!(
+        malformed.why(),
+        "invalid duration \"often\": expected e.g. 1s, 500ms, 2m30s"
+    );
+    assert_eq!(malformed.shown(), None);
+    assert_eq!(PositiveDuration::from_secs(3).get(), Duration::from_secs(3));
+}
+
+#[test]
+fn http_values_are_checked_as_the_servers_need_them() {
+    assert_eq!(HttpEndpoint::parse(":9808").unwrap().as_str(), ":9808");
+    assert_eq!(
+        why::<HttpEndpoint>(":0"),
+        "port 0 would pick a random port no probe can find"
+    );
+    assert_eq!(why::<HttpEndpoint>("banana"), "expected host:port or :port");
+    assert_eq!(HttpPath::known("/metrics").into_string(), "/metrics");
+    assert_eq!(why::<HttpPath>("metrics"), "must start with /");
+}
+
+#[test]
+fn tcp_ports_are_digits_from_1_to_65535_kept_as_written() {
+    assert_eq!(TcpPort::parse("09808").unwrap().as_str(), "09808");
+    for bad in ["0", "65536", "-1", "+80", "banana", ""] {
+        assert_eq!(
+            why::<TcpPort>(bad),
+            "expected a port from 1 to 65535",
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn paths_sizes_and_empty_values() {
+    assert_eq!(why::<NonEmptyPath>(""), "must not be empty");
+    assert_eq!(
+        NonEmptyPath::known("/registration").into_path(),
+        PathBuf::from("/registration")
+    );
+    assert_eq!(ByteSize::parse("2Gi").unwrap().bytes(), 2 << 30);
+    assert_eq!(
+        why::<ByteSize>("10 parsecs"),
+        "invalid size \"10 parsecs\": expected bytes such as 10Gi, 500M or 1073741824"
+    );
+    assert_eq!(OrEmpty::<HttpEndpoint>::parse(""), Ok(OrEmpty(None)));
+    assert!(OrEmpty::<HttpEndpoint>::parse(":1").unwrap().is_set());
+    assert_eq!(
+        OrEmpty::<HttpEndpoint>::parse("banana").unwrap_err().why(),
+        "expected host:port or :port"
+    );
+}
+
+#[test]
+#[should_panic(expected = "must not be empty")]
+fn a_bad_default_in_the_code_panics() {
+    NonEmptyPath::known("");
+}
+
+#[test]
+fn a_refusal_is_found_in_any_text_around_it() {
+    let framed = from_arg_value::<PositiveDuration>("0ms").unwrap_err();
+    for around in [
+        format!("Error parsing option '--timeout' with value '0ms': {framed}\n"),
+        framed.clone(),
+        format!("anything else, {framed}, said otherwise"),
+        // A NUL in what argh writes of the value is not taken for the frame.
+        format!("with value 'a\0b': {framed}"),
+    ] {
+        let refusal = Refusal::decode(&around).unwrap();
+        assert_eq!(
+            (refusal.why(), refusal.shown()),
+            ("must be more than 0", Some("0s")),
+            "{around:?}"
+        );
+    }
+    let framed = from_arg_value::<SocketAddress>("rel\0ative").unwrap_err();
+    let refusal = Refusal::decode(&framed).unwrap();
+    assert_eq!(refusal.shown(), Some("rel\\x00ative"));
+    assert_eq!(Refusal::decode("Unrecognized argument: --x\n"), None);
+    assert_eq!(Refusal::decode("one \0 two \0 three"), None);
+}
