@@ -16,8 +16,8 @@
 //!   `modify`, ControllerModifyVolume applying it to a live volume.
 //! - [`volumes`] + `store` — volume records, persistence (any record kind), capacity,
 //!   per-volume locks.
-//! - `snapshots` — snapshot and group records, their data under `<state-dir>/snapshots/`,
-//!   start-up recovery, and `take` (cutting them with the [`copy`] engine).
+//! - `layout` — the state directory as one value ([`StateDir`]): every name under it.
+//! - `snapshots` — snapshot and group records, their data, start-up recovery, and `take` (cutting them with the [`copy`] engine).
 //! - `sources` — volumes and snapshots being copied from, which may not be deleted meanwhile.
 //! - [`publish`] — stage/publish/unpublish/unstage decided from the mount table; `block`, the
 //!   same for raw block volumes (a file on a [`loopdev`] device, bound onto the target file).
@@ -44,6 +44,8 @@ pub use driver::OpenError;
 
 use crate::linux::quota;
 use grpc::{controller, field_limits, group_controller, identity, node};
+#[cfg(doc)]
+use state::layout::StateDir;
 
 use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::proto::csi::controller_server::ControllerServer;
@@ -106,6 +108,8 @@ crate::mode_args! {
 pub struct Config {
     pub driver_name: String,
     pub node_id: String,
+    /// `--state-dir` as given, for messages; the driver resolves it once into a [`StateDir`],
+    /// which every path in it comes from.
     pub state_dir: PathBuf,
     pub max_volumes_per_node: i64,
     /// Total bytes for all volumes and snapshots; `None`: the filesystem's free space.

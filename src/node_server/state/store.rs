@@ -1,5 +1,5 @@
-//! Metadata on disk: one small JSON file per volume under `<state-dir>/meta/` (and per
-//! snapshot and group snapshot, in their own directories: any [`Persisted`] record), written
+//! Metadata on disk: one small JSON file per volume in its [`RecordDir`] (and per snapshot
+//! and group snapshot, in their own: any [`Persisted`] record; [`layout`] names them), written
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
 //! each file is either the old or the new record, never a torn one.
 //!
@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 use crate::node_server::grpc::validate::volume_id_problem;
 use crate::node_server::state::attributes::Attributes;
+#[cfg(doc)]
+use crate::node_server::state::layout;
+use crate::node_server::state::layout::{RecordDir, RecordName};
 
 /// What we remember about a volume.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -165,35 +168,33 @@ fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> S
 /// The metadata directory of one kind of record.
 #[derive(Debug)]
 pub struct Store<R = Record> {
-    dir: PathBuf,
+    dir: RecordDir,
     kind: PhantomData<fn() -> R>,
 }
-
-const SUFFIX: &str = ".json";
-/// Temporary files start with a dot; volume IDs never do, so the two cannot collide.
-const TEMP_PREFIX: &str = ".tmp-";
 
 impl<R: Persisted> Store<R> {
     /// Opens (creating if needed) the metadata directory and loads every record in it.
     /// Leftover temporary files from an interrupted write are removed; a record that cannot
     /// be read is reported and skipped, never deleted.
-    pub fn open(dir: PathBuf) -> Result<(Self, Vec<R>), StoreError> {
-        std::fs::create_dir_all(&dir).map_err(err("create", &dir))?;
+    pub fn open(records_dir: RecordDir) -> Result<(Self, Vec<R>), StoreError> {
+        let dir = records_dir.path();
+        std::fs::create_dir_all(dir).map_err(err("create", dir))?;
         if let Some(parent) = dir.parent() {
             sync_dir(parent)?;
         }
         let mut records = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(err("list", &dir))? {
-            let entry = entry.map_err(err("list", &dir))?;
+        for entry in std::fs::read_dir(dir).map_err(err("list", dir))? {
+            let entry = entry.map_err(err("list", dir))?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(TEMP_PREFIX) {
-                log::info!("removing interrupted write {}", path.display());
-                std::fs::remove_file(&path).map_err(err("remove", &path))?;
-                continue;
-            }
-            let Some(id) = name.strip_suffix(SUFFIX) else {
-                continue;
+            let id = match RecordDir::name(&name) {
+                RecordName::Record(id) => id,
+                RecordName::Temporary => {
+                    log::info!("removing interrupted write {}", path.display());
+                    std::fs::remove_file(&path).map_err(err("remove", &path))?;
+                    continue;
+                }
+                RecordName::Other => continue,
             };
             match Self::load(&path) {
                 // The file name is the ID; one that could not name a volume directory
@@ -209,6 +210,7 @@ impl<R: Persisted> Store<R> {
             }
         }
         let kind = PhantomData;
+        let dir = records_dir;
         Ok((Self { dir, kind }, records))
     }
 
@@ -217,22 +219,16 @@ impl<R: Persisted> Store<R> {
         R::from_json(&serde_json::from_slice(&text).ok()?)
     }
 
-    fn path(&self, id: &str) -> PathBuf {
-        self.dir.join(format!("{id}{SUFFIX}"))
-    }
-
     /// Whether a record file for `id` is there, readable or not: data of an ID whose record
     /// could not be read is never treated as left over.
     pub fn has_file(&self, id: &str) -> bool {
-        std::fs::symlink_metadata(self.path(id)).is_ok()
+        std::fs::symlink_metadata(self.dir.record(id)).is_ok()
     }
 
     /// Writes a record so that it survives a crash at any point.
     pub fn save(&self, record: &R) -> Result<(), StoreError> {
-        let path = self.path(record.id());
-        let temp = self
-            .dir
-            .join(format!("{TEMP_PREFIX}{}{SUFFIX}", record.id()));
+        let path = self.dir.record(record.id());
+        let temp = self.dir.temporary(record.id());
         let body = record.to_json().to_string();
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::OpenOptions::new()
@@ -255,7 +251,7 @@ impl<R: Persisted> Store<R> {
 
     /// Removes a record durably; a record that is already gone is fine.
     pub fn remove(&self, id: &str) -> Result<(), StoreError> {
-        let path = self.path(id);
+        let path = self.dir.record(id);
         match std::fs::remove_file(&path) {
             Ok(()) => self.sync_dir(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -265,7 +261,7 @@ impl<R: Persisted> Store<R> {
 
     /// A rename or unlink is durable only once its directory is synced.
     fn sync_dir(&self) -> Result<(), StoreError> {
-        sync_dir(&self.dir)
+        sync_dir(self.dir.path())
     }
 }
 
@@ -302,6 +298,11 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 mod tests {
     use super::*;
 
+    /// A store's directory: any will do.
+    fn records(dir: &tempfile::TempDir) -> RecordDir {
+        RecordDir::at(dir.path().join("records"))
+    }
+
     fn record(id: &str) -> Record {
         Record {
             id: id.into(),
@@ -318,34 +319,34 @@ mod tests {
     #[test]
     fn saved_records_are_loaded_back_after_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
+        let (store, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert!(loaded.is_empty());
         store.save(&record("a")).unwrap();
         store.save(&record("b")).unwrap();
         store.remove("b").unwrap();
         store.remove("never-existed").unwrap();
-        let (_, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
+        let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert_eq!(loaded, vec![record("a")]);
     }
 
     #[test]
     fn a_rewrite_replaces_the_record_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         store.save(&record("a")).unwrap();
         let bigger = Record {
             capacity: 1 << 40,
             ..record("a")
         };
         store.save(&bigger).unwrap();
-        let (_, loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert_eq!(loaded, vec![bigger]);
     }
 
     #[test]
     fn a_project_id_is_kept_and_records_without_one_still_load() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         let quota = Record {
             project_id: Some(1 << 30),
             ..record("q")
@@ -354,8 +355,8 @@ mod tests {
         // As written before project quotas existed.
         let old =
             r#"{"version":1,"id":"old","name":"pvc-old","capacity_bytes":7,"ephemeral":false}"#;
-        std::fs::write(dir.path().join("old.json"), old).unwrap();
-        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::write(records(&dir).record("old"), old).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(records(&dir)).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         let old = Record {
             name: "pvc-old".into(),
@@ -368,7 +369,7 @@ mod tests {
     #[test]
     fn a_content_source_is_kept_and_records_from_before_snapshots_still_load() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         let restored = Record {
             source: Some(ContentSource::Snapshot("snap-1".into())),
             ..record("a")
@@ -380,11 +381,11 @@ mod tests {
         store.save(&restored).unwrap();
         store.save(&cloned).unwrap();
         let old = r#"{"version":1,"id":"d","name":"pvc-d","capacity_bytes":42,"ephemeral":false}"#;
-        std::fs::write(dir.path().join("d.json"), old).unwrap();
+        std::fs::write(records(&dir).record("d"), old).unwrap();
         let bad =
             r#"{"id":"e","name":"","capacity_bytes":1,"ephemeral":false,"content_source":{}}"#;
-        std::fs::write(dir.path().join("e.json"), bad).unwrap();
-        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::write(records(&dir).record("e"), bad).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(records(&dir)).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(loaded, vec![restored, cloned, record("d")]);
     }
@@ -392,7 +393,7 @@ mod tests {
     #[test]
     fn attributes_and_the_block_access_type_are_kept_and_older_records_load_with_the_defaults() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         let modified = Record {
             attributes: Attributes {
                 inode_limit: Some(5000),
@@ -408,8 +409,8 @@ mod tests {
         };
         store.save(&block).unwrap();
         let old = r#"{"version":1,"id":"b","name":"pvc-b","capacity_bytes":42,"ephemeral":false}"#;
-        std::fs::write(dir.path().join("b.json"), old).unwrap();
-        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::write(records(&dir).record("b"), old).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(records(&dir)).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(loaded, vec![modified, record("b"), block]);
     }
@@ -417,17 +418,18 @@ mod tests {
     #[test]
     fn interrupted_writes_are_cleaned_up_and_torn_records_left_in_place() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(".tmp-a.json"), "{\"half").unwrap();
-        std::fs::write(dir.path().join("b.json"), "not json").unwrap();
+        std::fs::create_dir(records(&dir).path()).unwrap();
+        std::fs::write(records(&dir).temporary("a"), "{\"half").unwrap();
+        std::fs::write(records(&dir).record("b"), "not json").unwrap();
         std::fs::write(
-            dir.path().join("c.json"),
+            records(&dir).record("c"),
             record("other").to_json().to_string(),
         )
         .unwrap();
-        let (_, loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert!(loaded.is_empty());
-        assert!(!dir.path().join(".tmp-a.json").exists());
-        assert!(dir.path().join("b.json").exists(), "evidence is kept");
-        assert!(dir.path().join("c.json").exists());
+        assert!(!records(&dir).temporary("a").exists());
+        assert!(records(&dir).record("b").exists(), "evidence is kept");
+        assert!(records(&dir).record("c").exists());
     }
 }
