@@ -21,3 +21,6 @@ pub mod sources;
 pub mod store;
 pub mod volume_quota;
 pub mod volumes;
+
+#[cfg(test)]
+mod format_tests;

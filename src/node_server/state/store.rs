@@ -10,7 +10,8 @@ use std::marker::PhantomData;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::node_server::grpc::validate::volume_id_problem;
 use crate::node_server::state::attributes::Attributes;
@@ -19,115 +20,123 @@ use crate::node_server::state::layout;
 use crate::node_server::state::layout::{RecordDir, RecordName};
 
 /// What we remember about a volume.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// On disk (see [`encode`]): `id`, `name`, `capacity_bytes`, `ephemeral` always; the others
+/// only when set, so that a record without them reads the same to older versions, and a
+/// record from before they existed reads with their defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     pub id: String,
     /// The CO's name from CreateVolume; empty for ephemeral inline volumes.
     pub name: String,
+    #[serde(rename = "capacity_bytes")]
     pub capacity: u64,
     /// Created by NodePublishVolume and removed by NodeUnpublishVolume.
     pub ephemeral: bool,
     /// The project quota that holds the volume to its capacity; `None` when sizes were not
     /// enforced at its creation (and in records written before quotas existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<u32>,
     /// What the volume was created from; `None` (and absent in records written before
     /// snapshots existed) for an empty volume.
+    #[serde(
+        rename = "content_source",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub source: Option<ContentSource>,
     /// What its VolumeAttributesClass (or StorageClass, or a ControllerModifyVolume) set;
     /// absent in records from before ControllerModifyVolume, which have the defaults.
+    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
     pub attributes: Attributes,
     /// A raw block volume: a file of exactly its capacity in its directory, attached to a loop
     /// device while staged. `false` (absent in records written before block volumes) for a
     /// filesystem volume, which is the directory itself.
+    #[serde(
+        rename = "access_type",
+        default,
+        skip_serializing_if = "access_type::is_mount",
+        with = "access_type"
+    )]
     pub block: bool,
 }
 
-/// CreateVolume's `volume_content_source`: a restore or a clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A record's `access_type`: `"block"` for a raw block volume (or its snapshot), written only
+/// then; `"mount"` (never written) or absent for a filesystem volume.
+pub mod access_type {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Not written: a filesystem volume's record has no `access_type`.
+    pub fn is_mount(block: &bool) -> bool {
+        !*block
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum AccessType {
+        Block,
+        Mount,
+    }
+
+    pub fn serialize<S: Serializer>(block: &bool, to: S) -> Result<S::Ok, S::Error> {
+        match block {
+            true => AccessType::Block,
+            false => AccessType::Mount,
+        }
+        .serialize(to)
+    }
+
+    /// `"block"` or `"mount"`; anything else is refused.
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<bool, D::Error> {
+        Ok(matches!(AccessType::deserialize(from)?, AccessType::Block))
+    }
+
+    /// Any string, `"block"` alone meaning block: how snapshot records have always been read.
+    pub fn deserialize_any_string<'de, D: Deserializer<'de>>(from: D) -> Result<bool, D::Error> {
+        Ok(String::deserialize(from)? == "block")
+    }
+}
+
+/// CreateVolume's `volume_content_source`: a restore or a clone. On disk
+/// `{"snapshot": "<id>"}` or `{"volume": "<id>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "SourceKeys")]
 pub enum ContentSource {
     Snapshot(String),
     Volume(String),
 }
 
-impl ContentSource {
-    fn to_json(&self) -> Value {
-        match self {
-            ContentSource::Snapshot(id) => json!({ "snapshot": id }),
-            ContentSource::Volume(id) => json!({ "volume": id }),
-        }
-    }
+/// A content source as read: exactly one of the two keys (other keys are ignored, as they
+/// always were).
+#[derive(Deserialize)]
+struct SourceKeys {
+    snapshot: Option<String>,
+    volume: Option<String>,
+}
 
-    /// `None` for a malformed value, `Some(None)` for no source at all.
-    fn from_json(value: Option<&Value>) -> Option<Option<Self>> {
-        let Some(value) = value else {
-            return Some(None);
-        };
-        let id = |key| Some(value.get(key)?.as_str()?.to_owned());
-        match (id("snapshot"), id("volume")) {
-            (Some(id), None) => Some(Some(ContentSource::Snapshot(id))),
-            (None, Some(id)) => Some(Some(ContentSource::Volume(id))),
-            _ => None,
+impl TryFrom<SourceKeys> for ContentSource {
+    type Error = &'static str;
+
+    fn try_from(keys: SourceKeys) -> Result<Self, Self::Error> {
+        match (keys.snapshot, keys.volume) {
+            (Some(id), None) => Ok(ContentSource::Snapshot(id)),
+            (None, Some(id)) => Ok(ContentSource::Volume(id)),
+            (None, None) => Err("content_source names neither a snapshot nor a volume"),
+            (Some(_), Some(_)) => Err("content_source names both a snapshot and a volume"),
         }
     }
 }
 
-impl Record {
-    fn to_json(&self) -> Value {
-        let mut value = json!({
-            "version": 1,
-            "id": self.id,
-            "name": self.name,
-            "capacity_bytes": self.capacity,
-            "ephemeral": self.ephemeral,
-        });
-        // Written only when set: a record without them reads the same to older versions.
-        if let Some(id) = self.project_id {
-            value["project_id"] = id.into();
-        }
-        if let Some(source) = &self.source {
-            value["content_source"] = source.to_json();
-        }
-        if !self.attributes.is_empty() {
-            value["attributes"] = self.attributes.to_json();
-        }
-        if self.block {
-            value["access_type"] = "block".into();
-        }
-        value
-    }
-
-    fn from_json(value: &Value) -> Option<Self> {
-        Some(Self {
-            id: value.get("id")?.as_str()?.to_owned(),
-            name: value.get("name")?.as_str()?.to_owned(),
-            capacity: value.get("capacity_bytes")?.as_u64()?,
-            ephemeral: value.get("ephemeral")?.as_bool()?,
-            // Optional: records from before project quotas have none.
-            project_id: match value.get("project_id") {
-                None => None,
-                Some(id) => Some(u32::try_from(id.as_u64()?).ok()?),
-            },
-            source: ContentSource::from_json(value.get("content_source"))?,
-            attributes: Attributes::from_json(value.get("attributes"))?,
-            block: match value.get("access_type") {
-                None => false,
-                Some(kind) => match kind.as_str()? {
-                    "block" => true,
-                    "mount" => false,
-                    _ => return None,
-                },
-            },
-        })
-    }
-}
-
-/// A record kept by a [`Store`]: one JSON file named by its ID.
-pub trait Persisted: Sized {
+/// A record kept by a [`Store`]: one JSON file named by its ID, its fields as serde spells
+/// them.
+pub trait Persisted: Serialize + DeserializeOwned {
     /// What the record is, for log lines ("volume", "snapshot").
     const KIND: &'static str;
     fn id(&self) -> &str;
-    fn to_json(&self) -> Value;
-    fn from_json(value: &Value) -> Option<Self>;
+    /// Why a record that parsed is refused all the same (a rule across its fields).
+    fn problem(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Persisted for Record {
@@ -136,14 +145,28 @@ impl Persisted for Record {
     fn id(&self) -> &str {
         &self.id
     }
+}
 
-    fn to_json(&self) -> Value {
-        Record::to_json(self)
-    }
+/// The format every record states in its `"version"` key. Written, never read: no reader,
+/// this one or any before it, has looked at it; it is there for a reader that one day must.
+const FORMAT_VERSION: u32 = 1;
 
-    fn from_json(value: &Value) -> Option<Self> {
-        Record::from_json(value)
+/// A record's bytes on disk: its fields and `"version": 1`, as compact JSON with the keys in
+/// alphabetical order. It goes through [`serde_json::Value`], whose maps are sorted (the
+/// `preserve_order` feature is off), so the bytes are the ones the hand-written encoders of
+/// earlier versions wrote for the same record.
+pub fn encode<R: Persisted>(record: &R) -> serde_json::Result<Vec<u8>> {
+    let mut value = serde_json::to_value(record)?;
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("version".to_owned(), FORMAT_VERSION.into());
     }
+    serde_json::to_vec(&value)
+}
+
+/// A record from its bytes on disk; keys it does not know (`"version"` among them) are
+/// ignored.
+pub fn decode<R: Persisted>(bytes: &[u8]) -> serde_json::Result<R> {
+    serde_json::from_slice(bytes)
 }
 
 /// A failed store operation, naming what was attempted and on which path.
@@ -215,8 +238,8 @@ impl<R: Persisted> Store<R> {
     }
 
     fn load(path: &Path) -> Option<R> {
-        let text = std::fs::read(path).ok()?;
-        R::from_json(&serde_json::from_slice(&text).ok()?)
+        let record: R = decode(&std::fs::read(path).ok()?).ok()?;
+        record.problem().is_none().then_some(record)
     }
 
     /// Whether a record file for `id` is there, readable or not: data of an ID whose record
@@ -229,7 +252,9 @@ impl<R: Persisted> Store<R> {
     pub fn save(&self, record: &R) -> Result<(), StoreError> {
         let path = self.dir.record(record.id());
         let temp = self.dir.temporary(record.id());
-        let body = record.to_json().to_string();
+        let body = encode(record)
+            .map_err(std::io::Error::other)
+            .map_err(err("encode", &path))?;
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
@@ -237,7 +262,7 @@ impl<R: Persisted> Store<R> {
                 .truncate(true)
                 .mode(0o600)
                 .open(&temp)?;
-            file.write_all(body.as_bytes())?;
+            file.write_all(&body)?;
             file.sync_all()
         };
         write()
@@ -421,11 +446,7 @@ mod tests {
         std::fs::create_dir(records(&dir).path()).unwrap();
         std::fs::write(records(&dir).temporary("a"), "{\"half").unwrap();
         std::fs::write(records(&dir).record("b"), "not json").unwrap();
-        std::fs::write(
-            records(&dir).record("c"),
-            record("other").to_json().to_string(),
-        )
-        .unwrap();
+        std::fs::write(records(&dir).record("c"), encode(&record("other")).unwrap()).unwrap();
         let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert!(loaded.is_empty());
         assert!(!records(&dir).temporary("a").exists());
