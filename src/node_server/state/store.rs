@@ -195,11 +195,39 @@ pub struct Store<R = Record> {
     kind: PhantomData<fn() -> R>,
 }
 
+/// Why a record file was not loaded (it is skipped and left in place).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("read: {0}")]
+    Read(#[source] std::io::Error),
+    /// Not JSON, or not the JSON of this kind of record: serde's message, with the line and
+    /// column.
+    #[error("parse: {0}")]
+    Parse(#[source] serde_json::Error),
+    /// Well-formed, but a value that cannot be trusted.
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
 impl<R: Persisted> Store<R> {
     /// Opens (creating if needed) the metadata directory and loads every record in it.
     /// Leftover temporary files from an interrupted write are removed; a record that cannot
-    /// be read is reported and skipped, never deleted.
+    /// be read is logged (once, with its path and why) and skipped, never deleted.
     pub fn open(records_dir: RecordDir) -> Result<(Self, Vec<R>), StoreError> {
+        Self::open_reporting(records_dir, |path, why| {
+            log::warn!(
+                "skipping unreadable {} record {} (left in place): {why}",
+                R::KIND,
+                path.display()
+            )
+        })
+    }
+
+    /// [`Self::open`], telling `skipped` about each record that could not be loaded.
+    fn open_reporting(
+        records_dir: RecordDir,
+        mut skipped: impl FnMut(&Path, RecordError),
+    ) -> Result<(Self, Vec<R>), StoreError> {
         let dir = records_dir.path();
         std::fs::create_dir_all(dir).map_err(err("create", dir))?;
         if let Some(parent) = dir.parent() {
@@ -219,17 +247,9 @@ impl<R: Persisted> Store<R> {
                 }
                 RecordName::Other => continue,
             };
-            match Self::load(&path) {
-                // The file name is the ID; one that could not name a volume directory
-                // (`...json` would be `..`) is never trusted.
-                Some(record) if record.id() == id && volume_id_problem(id).is_none() => {
-                    records.push(record)
-                }
-                _ => log::error!(
-                    "skipping unreadable {} record {} (left in place)",
-                    R::KIND,
-                    path.display()
-                ),
+            match Self::load(&path, id) {
+                Ok(record) => records.push(record),
+                Err(why) => skipped(&path, why),
             }
         }
         let kind = PhantomData;
@@ -237,9 +257,27 @@ impl<R: Persisted> Store<R> {
         Ok((Self { dir, kind }, records))
     }
 
-    fn load(path: &Path) -> Option<R> {
-        let record: R = decode(&std::fs::read(path).ok()?).ok()?;
-        record.problem().is_none().then_some(record)
+    /// The record of `id` in the file at `path`, if it can be trusted.
+    pub fn load(path: &Path, id: &str) -> Result<R, RecordError> {
+        // The file name is the ID; one that could not name a volume directory (`...json`
+        // would be `..`) is never trusted.
+        if let Some(problem) = volume_id_problem(id) {
+            return Err(RecordError::Refused(format!(
+                "the ID its file name gives, {id:?}, {problem}"
+            )));
+        }
+        let bytes = std::fs::read(path).map_err(RecordError::Read)?;
+        let record: R = decode(&bytes).map_err(RecordError::Parse)?;
+        if record.id() != id {
+            return Err(RecordError::Refused(format!(
+                "it holds the record of {:?}, not of {id:?} as its file name says",
+                record.id()
+            )));
+        }
+        match record.problem() {
+            Some(problem) => Err(RecordError::Refused(problem)),
+            None => Ok(record),
+        }
     }
 
     /// Whether a record file for `id` is there, readable or not: data of an ID whose record
@@ -452,5 +490,70 @@ mod tests {
         assert!(!records(&dir).temporary("a").exists());
         assert!(records(&dir).record("b").exists(), "evidence is kept");
         assert!(records(&dir).record("c").exists());
+    }
+
+    #[test]
+    fn each_unreadable_record_is_reported_once_with_why_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = records(&dir);
+        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
+        store.save(&record("good")).unwrap();
+        std::fs::create_dir(records.record("a-directory")).unwrap();
+        std::fs::write(records.record("torn"), r#"{"id":"to"#).unwrap();
+        let nameless = r#"{"id":"nameless","capacity_bytes":1,"ephemeral":false}"#;
+        std::fs::write(records.record("nameless"), nameless).unwrap();
+        let other = encode(&record("someone-else")).unwrap();
+        std::fs::write(records.record("other"), other).unwrap();
+        std::fs::write(records.record(".."), encode(&record("..")).unwrap()).unwrap();
+        let mut said = Vec::new();
+        let (_, loaded) = Store::<Record>::open_reporting(records.clone(), |path, why| {
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            said.push((name, why.to_string()));
+        })
+        .unwrap();
+        assert_eq!(loaded, vec![record("good")]);
+        said.sort();
+        let said: Vec<(&str, &str)> = said.iter().map(|(n, w)| (&**n, &**w)).collect();
+        assert_eq!(
+            said,
+            [
+                (
+                    "...json",
+                    r#"refused: the ID its file name gives, "..", begins with a dot"#
+                ),
+                ("a-directory.json", "read: Is a directory (os error 21)"),
+                (
+                    "nameless.json",
+                    "parse: missing field `name` at line 1 column 54"
+                ),
+                (
+                    "other.json",
+                    r#"refused: it holds the record of "someone-else", not of "other" as its file name says"#
+                ),
+                (
+                    "torn.json",
+                    "parse: EOF while parsing a string at line 1 column 9"
+                ),
+            ]
+        );
+        for name in ["..", "a-directory", "torn", "nameless", "other"] {
+            assert!(records.record(name).exists(), "{name} is left in place");
+        }
+    }
+
+    #[test]
+    fn a_group_without_a_member_per_source_is_refused_saying_so() {
+        use crate::node_server::state::snapshots::Group;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(records(&dir).path()).unwrap();
+        let torn = r#"{"creation_time":{"nanos":0,"seconds":0},"id":"group-1","name":"","snapshot_ids":["snap-1"],"source_volume_ids":["vol-1","vol-2"],"version":1}"#;
+        let path = records(&dir).record("group-1");
+        std::fs::write(&path, torn).unwrap();
+        let why = Store::<Group>::load(&path, "group-1").unwrap_err();
+        assert!(matches!(why, RecordError::Refused(_)), "{why:?}");
+        assert_eq!(
+            why.to_string(),
+            "refused: 2 source volume(s) but 1 member snapshot(s)"
+        );
     }
 }
