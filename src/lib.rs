@@ -33,8 +33,9 @@
 //!   volumes), `attributes` (the mutable parameters), `identity`, `node`,
 //!   `controller` + `controller_snapshots`, `group_controller` (one file per CSI service, each
 //!   with its error → gRPC code table), `error` (what each service's operations can fail with),
-//!   `volumes` + `store` (records of any kind, atomic writes, per-volume locks, the one create
-//!   path), `snapshots` (snapshot and group records, their data, start-up recovery, `take`:
+//!   `layout` (the state directory as one value: every name under `--state-dir`), `volumes` +
+//!   `store` (records of any kind as serde types, atomic writes, per-volume locks, the one
+//!   create path), `snapshots` (snapshot and group records, their data, start-up recovery, `take`:
 //!   cutting them), `sources` (what is being copied from, so it is not deleted meanwhile),
 //!   `copy` (the tree copy engine: reflinks, sparse copies, crash-safe temporary names),
 //!   `publish` + `mount` + `mountinfo` (bind mounts; the mount table is the truth), `validate`
