@@ -14,6 +14,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use csi_nodekit::node_server::state::layout::StateDir;
 use csi_nodekit::node_server::state::snapshots::{Snapshots, spread};
 use csi_nodekit::node_server::{Config, Plugin, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
@@ -55,7 +56,7 @@ fn request(
 
 struct Bench {
     fs: ScratchFs,
-    state: PathBuf,
+    state: StateDir,
     controller: ControllerClient<Channel>,
     group: GroupControllerClient<Channel>,
 }
@@ -72,7 +73,7 @@ impl Bench {
             .volume
             .expect("volume")
             .volume_id;
-        bench::volume(&self.state.join("volumes").join(&id), files, bytes);
+        bench::volume(&self.state.volume(&id), files, bytes);
         id
     }
 
@@ -187,12 +188,9 @@ async fn group(b: &mut Bench) {
 
     // The copies the GroupController makes (back to back), timed member by member, and the
     // same copies made in parallel threads instead.
-    let dirs: Vec<PathBuf> = ids
-        .iter()
-        .map(|id| b.state.join("volumes").join(id))
-        .collect();
+    let dirs: Vec<PathBuf> = ids.iter().map(|id| b.state.volume(id)).collect();
     let spare = b.fs.path().join("spread");
-    let snapshots = Snapshots::open(&spare).expect("open");
+    let snapshots = Snapshots::open(&StateDir::open(&spare).expect("spare")).expect("open");
     let (_, cuts) = snapshots.cut(&dirs).expect("cut back to back");
     let (serial, serial_longest) = window(&cuts);
     for cut in &cuts {
@@ -241,7 +239,7 @@ async fn run(kind: Kind) {
         .expect("connect");
     let mut bench = Bench {
         fs,
-        state,
+        state: StateDir::open(&state).expect("state"),
         controller: ControllerClient::new(channel.clone()),
         group: GroupControllerClient::new(channel),
     };

@@ -12,8 +12,9 @@
 //!   (`snapshots`), ControllerModifyVolume (`modify`), stage/publish as bind mounts decided from
 //!   the mount table (`publish`), raw block volumes on loop devices (`block`), inline volumes
 //!   (`ephemeral`), and what they fail with (`error`).
-//! - [`state`] — what it keeps under `--state-dir`: volume, snapshot and group records (atomic
-//!   writes), capacity, the mutable attributes (`inodeLimit`, `rootMode`, `directIO`), what
+//! - [`state`] — what it keeps under `--state-dir`: the directory as one value (`layout`,
+//!   [`StateDir`]: every name under it), volume, snapshot and group records (serde types,
+//!   atomic writes), capacity, the mutable attributes (`inodeLimit`, `rootMode`, `directIO`), what
 //!   volumes get from project quotas, per-volume locks and copy sources in use.
 //! - Underneath, [`crate::linux`]: mounts, the mount table, quotas, loop devices, the copy
 //!   engine.
@@ -34,6 +35,8 @@ pub use driver::OpenError;
 
 use crate::linux::quota;
 use grpc::{controller, field_limits, group_controller, identity, node};
+#[cfg(doc)]
+use state::layout::StateDir;
 
 use crate::cli::values::{ByteSize, FlagValue, NonEmptyPath, SocketAddress};
 use crate::csi_spec::driver_name::InvalidDriverName;
@@ -97,6 +100,8 @@ crate::mode_args! {
 pub struct Config {
     pub driver_name: String,
     pub node_id: String,
+    /// `--state-dir` as given, for messages; the driver resolves it once into a [`StateDir`],
+    /// which every path in it comes from.
     pub state_dir: PathBuf,
     pub max_volumes_per_node: i64,
     /// Total bytes for all volumes and snapshots; `None`: the filesystem's free space.

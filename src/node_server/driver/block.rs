@@ -1,4 +1,4 @@
-//! Raw block volumes on the node: a volume's file ([`IMAGE`] in its directory) attached to a
+//! Raw block volumes on the node: a volume's file ([`StateDir::block_image`]) attached to a
 //! loop device at NodeStageVolume, the device node bind-mounted onto the target file at
 //! NodePublishVolume, and both undone in reverse.
 //!
@@ -17,10 +17,9 @@ use crate::linux::mountinfo::MountTable;
 use crate::node_server::driver::error::NodeError;
 use crate::node_server::driver::publish::PublishError;
 use crate::node_server::driver::{Driver, Stats};
+#[cfg(doc)]
+use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::volumes::{Record, VolumeError};
-
-/// The file of a block volume, in the volume's directory.
-pub const IMAGE: &str = "volume.img";
 
 fn options(record: &Record, read_only: bool) -> AttachOptions {
     AttachOptions {
@@ -119,7 +118,7 @@ fn remove_target_file(path: &Path) -> Result<(), PublishError> {
 impl Driver {
     /// A block volume's file.
     pub fn image_of(&self, id: &str) -> PathBuf {
-        self.volumes.path_of(id).join(IMAGE)
+        self.state_dir.block_image(id)
     }
 
     fn found(&self, record: &Record) -> Result<Found, NodeError> {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use crate::linux::copy::{self, Options, SkipReason};
 use crate::linux::loopdev;
 use crate::node_server::driver::Driver;
-use crate::node_server::driver::block::IMAGE;
 use crate::node_server::driver::error::ControllerError;
+use crate::node_server::state::layout::block_image_in;
 use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
 use crate::node_server::state::volumes::{ContentSource, VolumeError};
 
@@ -84,7 +84,7 @@ impl Driver {
         capacity: u64,
     ) -> Result<(), ControllerError> {
         use std::os::unix::fs::PermissionsExt;
-        let image = dir.join(IMAGE);
+        let image = block_image_in(dir);
         match content {
             Some(content) => {
                 content.fill(dir)?;

@@ -20,6 +20,7 @@ use super::{Config, ConfigError};
 use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
+use crate::node_server::state::layout::{StateDir, StateDirError};
 use crate::node_server::state::snapshots::Snapshots;
 use crate::node_server::state::sources::Sources;
 use crate::node_server::state::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
@@ -29,8 +30,10 @@ use publish::Publication;
 
 /// State shared by the Node, Controller and Identity services.
 pub struct Driver {
-    /// As given, except that `state_dir` is canonical: mount points in mountinfo are.
+    /// As given (`state_dir` too, for messages).
     pub(super) config: Config,
+    /// The state directory, canonical (mount points in mountinfo are), and every path in it.
+    pub(super) state_dir: StateDir,
     pub(super) volumes: Arc<Volumes>,
     pub(super) mounter: Arc<dyn Mounter>,
     /// Block volumes' loop devices.
@@ -45,13 +48,8 @@ pub struct Driver {
 pub enum OpenError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{op} state directory {}: {source}", path.display())]
-    StateDir {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
     #[error(transparent)]
     Volumes(#[from] VolumeError),
     /// `--quota=on` where sizes cannot be enforced.
@@ -99,31 +97,22 @@ impl Driver {
 
     /// [`Self::open`] with the loop devices given: the seam unit tests use.
     pub fn open_with(
-        mut config: Config,
+        config: Config,
         mounter: Arc<dyn Mounter>,
         loops: Arc<dyn LoopDevices>,
     ) -> Result<Self, OpenError> {
         config.check()?;
-        let dir = &config.state_dir;
-        let fail = |op| {
-            move |source| OpenError::StateDir {
-                op,
-                path: dir.clone(),
-                source,
-            }
-        };
-        std::fs::create_dir_all(dir).map_err(fail("create"))?;
-        let canonical = dir.canonicalize().map_err(fail("resolve"))?;
-        config.state_dir = canonical;
+        let state_dir = StateDir::open(&config.state_dir)?;
         // Decided before the records load, so a refusal is the only thing said.
-        let data_dir = Volumes::data_dir_of(&config.state_dir)?;
-        let quotas = VolumeQuotas::start(&data_dir, config.quota)?;
-        let volumes = Volumes::open_with(&config.state_dir, config.capacity, quotas)?;
+        let data_dir = Volumes::create_data_dir(&state_dir)?;
+        let quotas = VolumeQuotas::start(data_dir, config.quota)?;
+        let volumes = Volumes::open_with(&state_dir, config.capacity, quotas)?;
         volumes.remove_unrecorded()?;
-        let snapshots = Snapshots::open(&config.state_dir)?;
+        let snapshots = Snapshots::open(&state_dir)?;
         volumes.charge_loaded(snapshots.total_bytes());
         Ok(Self {
             config,
+            state_dir,
             volumes,
             mounter,
             loops,
@@ -205,14 +194,14 @@ impl Driver {
     /// where a mount could cover or be deleted with volume data.
     fn mount_point(&self, field: &'static str, path: &Path) -> Result<Option<PathBuf>, NodeError> {
         let resolved = publish::resolve(field, path)?;
-        let state_dir = &self.config.state_dir;
+        let state_dir = self.state_dir.root();
         if let Some(real) = &resolved
             && (real.starts_with(state_dir) || state_dir.starts_with(real))
         {
             return Err(NodeError::OverlapsState {
                 field,
                 path: path.to_owned(),
-                state_dir: state_dir.clone(),
+                state_dir: state_dir.to_owned(),
             });
         }
         Ok(resolved)

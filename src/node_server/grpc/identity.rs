@@ -67,7 +67,7 @@ impl Identity for IdentityService {
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        let state_dir = &self.0.config.state_dir;
+        let state_dir = self.0.state_dir.root();
         let ready = match readiness(state_dir) {
             Ok(()) => true,
             Err(e) => {

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Deserializer, Serialize};
 
 pub const INODE_LIMIT: &str = "inodeLimit";
 pub const ROOT_MODE: &str = "rootMode";
@@ -29,10 +29,22 @@ pub const DIRECT_IO: &str = "directIO";
 pub const KEYS: [&str; 3] = [INODE_LIMIT, ROOT_MODE, DIRECT_IO];
 
 /// A volume's attributes; `None`: never set, the default holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+///
+/// In a volume record: numbers (the mode too, not its octal text) and a boolean, under the
+/// parameters' own names; only those that are set. A record without attributes has the
+/// defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Attributes {
+    #[serde(rename = "inodeLimit", skip_serializing_if = "Option::is_none")]
     pub inode_limit: Option<u64>,
+    #[serde(
+        rename = "rootMode",
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "mode_bits"
+    )]
     pub root_mode: Option<u32>,
+    #[serde(rename = "directIO", skip_serializing_if = "Option::is_none")]
     pub direct_io: Option<bool>,
 }
 
@@ -55,6 +67,16 @@ pub enum ParameterError {
 
 /// The mode bits `chmod` takes: permissions, setuid, setgid, sticky.
 const MODE_BITS: u32 = 0o7777;
+
+/// A recorded `rootMode`: a number within [`MODE_BITS`].
+fn mode_bits<'de, D: Deserializer<'de>>(from: D) -> Result<Option<u32>, D::Error> {
+    match Option::<u64>::deserialize(from)? {
+        Some(mode) if mode > u64::from(MODE_BITS) => Err(serde::de::Error::custom(format_args!(
+            "rootMode {mode:#o} has bits beyond 0o7777"
+        ))),
+        mode => Ok(mode.map(|m| m as u32)),
+    }
+}
 
 fn inode_limit(field: &'static str, value: &str) -> Result<u64, ParameterError> {
     let invalid = |why| ParameterError::Invalid {
@@ -181,45 +203,6 @@ impl Attributes {
         }
         map
     }
-
-    /// In a volume record: numbers, under the parameters' own names.
-    pub fn to_json(self) -> Value {
-        let mut value = json!({});
-        if let Some(limit) = self.inode_limit {
-            value[INODE_LIMIT] = limit.into();
-        }
-        if let Some(mode) = self.root_mode {
-            value[ROOT_MODE] = mode.into();
-        }
-        if let Some(on) = self.direct_io {
-            value[DIRECT_IO] = on.into();
-        }
-        value
-    }
-
-    /// `None` for a malformed value; a record without attributes has the defaults.
-    pub fn from_json(value: Option<&Value>) -> Option<Self> {
-        let Some(value) = value else {
-            return Some(Self::default());
-        };
-        let number = |key| match value.get(key) {
-            None => Some(None),
-            Some(n) => n.as_u64().map(Some),
-        };
-        let root_mode = match number(ROOT_MODE)? {
-            Some(mode) if mode > u64::from(MODE_BITS) => return None,
-            mode => mode.map(|m| m as u32),
-        };
-        let direct_io = match value.get(DIRECT_IO) {
-            None => None,
-            Some(on) => Some(on.as_bool()?),
-        };
-        Some(Self {
-            inode_limit: number(INODE_LIMIT)?,
-            root_mode,
-            direct_io,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -300,17 +283,29 @@ mod tests {
 
     #[test]
     fn attributes_round_trip_through_a_record_and_absent_ones_stay_absent() {
+        use serde_json::{from_value, json, to_value};
         let full = Attributes {
             inode_limit: Some(0),
             root_mode: Some(0o2770),
             direct_io: Some(true),
         };
-        assert_eq!(Attributes::from_json(Some(&full.to_json())), Some(full));
+        let written = to_value(full).unwrap();
+        assert_eq!(
+            written,
+            json!({ "inodeLimit": 0, "rootMode": 0o2770, "directIO": true })
+        );
+        let mut keys: Vec<&str> = written.as_object().unwrap().keys().map(|k| &**k).collect();
+        let mut ours = KEYS.to_vec();
+        keys.sort();
+        ours.sort();
+        assert_eq!(keys, ours, "the records use the parameters' own names");
+        assert_eq!(from_value::<Attributes>(written).unwrap(), full);
         let none = Attributes::default();
-        assert_eq!(Attributes::from_json(Some(&none.to_json())), Some(none));
-        assert_eq!(Attributes::from_json(None), Some(none));
-        let bad = json!({ "rootMode": 0o17777 });
-        assert_eq!(Attributes::from_json(Some(&bad)), None);
+        assert_eq!(to_value(none).unwrap(), json!({}));
+        assert_eq!(from_value::<Attributes>(json!({})).unwrap(), none);
+        let bad = from_value::<Attributes>(json!({ "rootMode": 0o17777 })).unwrap_err();
+        assert!(bad.to_string().contains("rootMode 0o17777"), "{bad}");
+        assert!(from_value::<Attributes>(json!({ "rootMode": "0770" })).is_err());
         assert_eq!(full.to_map()["rootMode"], "2770");
     }
 }

@@ -1,6 +1,7 @@
 //! What node-server keeps: the records of its volumes and snapshots under `--state-dir`, written
 //! atomically, and what lives beside them in memory (per-volume locks, copy sources in use).
 //!
+//! - [`layout`] — the state directory as one value: every name under `--state-dir`.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
 //! - [`volumes`] — the volumes this node owns: records, data directories, capacity accounting,
 //!   per-volume try-locks, the one create path.
@@ -14,8 +15,12 @@
 
 pub mod attributes;
 pub mod capacity;
+pub mod layout;
 pub mod snapshots;
 pub mod sources;
 pub mod store;
 pub mod volume_quota;
 pub mod volumes;
+
+#[cfg(test)]
+mod format_tests;

@@ -1,5 +1,5 @@
-//! Metadata on disk: one small JSON file per volume under `<state-dir>/meta/` (and per
-//! snapshot and group snapshot, in their own directories: any [`Persisted`] record), written
+//! Metadata on disk: one small JSON file per volume in its [`RecordDir`] (and per snapshot
+//! and group snapshot, in their own: any [`Persisted`] record; [`layout`] names them), written
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
 //! each file is either the old or the new record, never a torn one.
 //!
@@ -10,121 +10,133 @@ use std::marker::PhantomData;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::node_server::grpc::validate::volume_id_problem;
 use crate::node_server::state::attributes::Attributes;
+#[cfg(doc)]
+use crate::node_server::state::layout;
+use crate::node_server::state::layout::{RecordDir, RecordName};
 
 /// What we remember about a volume.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// On disk (see [`encode`]): `id`, `name`, `capacity_bytes`, `ephemeral` always; the others
+/// only when set, so that a record without them reads the same to older versions, and a
+/// record from before they existed reads with their defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     pub id: String,
     /// The CO's name from CreateVolume; empty for ephemeral inline volumes.
     pub name: String,
+    #[serde(rename = "capacity_bytes")]
     pub capacity: u64,
     /// Created by NodePublishVolume and removed by NodeUnpublishVolume.
     pub ephemeral: bool,
     /// The project quota that holds the volume to its capacity; `None` when sizes were not
     /// enforced at its creation (and in records written before quotas existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<u32>,
     /// What the volume was created from; `None` (and absent in records written before
     /// snapshots existed) for an empty volume.
+    #[serde(
+        rename = "content_source",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub source: Option<ContentSource>,
     /// What its VolumeAttributesClass (or StorageClass, or a ControllerModifyVolume) set;
     /// absent in records from before ControllerModifyVolume, which have the defaults.
+    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
     pub attributes: Attributes,
     /// A raw block volume: a file of exactly its capacity in its directory, attached to a loop
     /// device while staged. `false` (absent in records written before block volumes) for a
     /// filesystem volume, which is the directory itself.
+    #[serde(
+        rename = "access_type",
+        default,
+        skip_serializing_if = "access_type::is_mount",
+        with = "access_type"
+    )]
     pub block: bool,
 }
 
-/// CreateVolume's `volume_content_source`: a restore or a clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A record's `access_type`: `"block"` for a raw block volume (or its snapshot), written only
+/// then; `"mount"` (never written) or absent for a filesystem volume.
+pub mod access_type {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// Not written: a filesystem volume's record has no `access_type`.
+    pub fn is_mount(block: &bool) -> bool {
+        !*block
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum AccessType {
+        Block,
+        Mount,
+    }
+
+    pub fn serialize<S: Serializer>(block: &bool, to: S) -> Result<S::Ok, S::Error> {
+        match block {
+            true => AccessType::Block,
+            false => AccessType::Mount,
+        }
+        .serialize(to)
+    }
+
+    /// `"block"` or `"mount"`; anything else is refused.
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<bool, D::Error> {
+        Ok(matches!(AccessType::deserialize(from)?, AccessType::Block))
+    }
+
+    /// Any string, `"block"` alone meaning block: how snapshot records have always been read.
+    pub fn deserialize_any_string<'de, D: Deserializer<'de>>(from: D) -> Result<bool, D::Error> {
+        Ok(String::deserialize(from)? == "block")
+    }
+}
+
+/// CreateVolume's `volume_content_source`: a restore or a clone. On disk
+/// `{"snapshot": "<id>"}` or `{"volume": "<id>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "SourceKeys")]
 pub enum ContentSource {
     Snapshot(String),
     Volume(String),
 }
 
-impl ContentSource {
-    fn to_json(&self) -> Value {
-        match self {
-            ContentSource::Snapshot(id) => json!({ "snapshot": id }),
-            ContentSource::Volume(id) => json!({ "volume": id }),
-        }
-    }
+/// A content source as read: exactly one of the two keys (other keys are ignored, as they
+/// always were).
+#[derive(Deserialize)]
+struct SourceKeys {
+    snapshot: Option<String>,
+    volume: Option<String>,
+}
 
-    /// `None` for a malformed value, `Some(None)` for no source at all.
-    fn from_json(value: Option<&Value>) -> Option<Option<Self>> {
-        let Some(value) = value else {
-            return Some(None);
-        };
-        let id = |key| Some(value.get(key)?.as_str()?.to_owned());
-        match (id("snapshot"), id("volume")) {
-            (Some(id), None) => Some(Some(ContentSource::Snapshot(id))),
-            (None, Some(id)) => Some(Some(ContentSource::Volume(id))),
-            _ => None,
+impl TryFrom<SourceKeys> for ContentSource {
+    type Error = &'static str;
+
+    fn try_from(keys: SourceKeys) -> Result<Self, Self::Error> {
+        match (keys.snapshot, keys.volume) {
+            (Some(id), None) => Ok(ContentSource::Snapshot(id)),
+            (None, Some(id)) => Ok(ContentSource::Volume(id)),
+            (None, None) => Err("content_source names neither a snapshot nor a volume"),
+            (Some(_), Some(_)) => Err("content_source names both a snapshot and a volume"),
         }
     }
 }
 
-impl Record {
-    fn to_json(&self) -> Value {
-        let mut value = json!({
-            "version": 1,
-            "id": self.id,
-            "name": self.name,
-            "capacity_bytes": self.capacity,
-            "ephemeral": self.ephemeral,
-        });
-        // Written only when set: a record without them reads the same to older versions.
-        if let Some(id) = self.project_id {
-            value["project_id"] = id.into();
-        }
-        if let Some(source) = &self.source {
-            value["content_source"] = source.to_json();
-        }
-        if !self.attributes.is_empty() {
-            value["attributes"] = self.attributes.to_json();
-        }
-        if self.block {
-            value["access_type"] = "block".into();
-        }
-        value
-    }
-
-    fn from_json(value: &Value) -> Option<Self> {
-        Some(Self {
-            id: value.get("id")?.as_str()?.to_owned(),
-            name: value.get("name")?.as_str()?.to_owned(),
-            capacity: value.get("capacity_bytes")?.as_u64()?,
-            ephemeral: value.get("ephemeral")?.as_bool()?,
-            // Optional: records from before project quotas have none.
-            project_id: match value.get("project_id") {
-                None => None,
-                Some(id) => Some(u32::try_from(id.as_u64()?).ok()?),
-            },
-            source: ContentSource::from_json(value.get("content_source"))?,
-            attributes: Attributes::from_json(value.get("attributes"))?,
-            block: match value.get("access_type") {
-                None => false,
-                Some(kind) => match kind.as_str()? {
-                    "block" => true,
-                    "mount" => false,
-                    _ => return None,
-                },
-            },
-        })
-    }
-}
-
-/// A record kept by a [`Store`]: one JSON file named by its ID.
-pub trait Persisted: Sized {
+/// A record kept by a [`Store`]: one JSON file named by its ID, its fields as serde spells
+/// them.
+pub trait Persisted: Serialize + DeserializeOwned {
     /// What the record is, for log lines ("volume", "snapshot").
     const KIND: &'static str;
     fn id(&self) -> &str;
-    fn to_json(&self) -> Value;
-    fn from_json(value: &Value) -> Option<Self>;
+    /// Why a record that parsed is refused all the same (a rule across its fields).
+    fn problem(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Persisted for Record {
@@ -133,14 +145,28 @@ impl Persisted for Record {
     fn id(&self) -> &str {
         &self.id
     }
+}
 
-    fn to_json(&self) -> Value {
-        Record::to_json(self)
-    }
+/// The format every record states in its `"version"` key. Written, never read: no reader,
+/// this one or any before it, has looked at it; it is there for a reader that one day must.
+const FORMAT_VERSION: u32 = 1;
 
-    fn from_json(value: &Value) -> Option<Self> {
-        Record::from_json(value)
+/// A record's bytes on disk: its fields and `"version": 1`, as compact JSON with the keys in
+/// alphabetical order. It goes through [`serde_json::Value`], whose maps are sorted (the
+/// `preserve_order` feature is off), so the bytes are the ones the hand-written encoders of
+/// earlier versions wrote for the same record.
+pub fn encode<R: Persisted>(record: &R) -> serde_json::Result<Vec<u8>> {
+    let mut value = serde_json::to_value(record)?;
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("version".to_owned(), FORMAT_VERSION.into());
     }
+    serde_json::to_vec(&value)
+}
+
+/// A record from its bytes on disk; keys it does not know (`"version"` among them) are
+/// ignored.
+pub fn decode<R: Persisted>(bytes: &[u8]) -> serde_json::Result<R> {
+    serde_json::from_slice(bytes)
 }
 
 /// A failed store operation, naming what was attempted and on which path.
@@ -165,75 +191,108 @@ fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> S
 /// The metadata directory of one kind of record.
 #[derive(Debug)]
 pub struct Store<R = Record> {
-    dir: PathBuf,
+    dir: RecordDir,
     kind: PhantomData<fn() -> R>,
 }
 
-const SUFFIX: &str = ".json";
-/// Temporary files start with a dot; volume IDs never do, so the two cannot collide.
-const TEMP_PREFIX: &str = ".tmp-";
+/// Why a record file was not loaded (it is skipped and left in place).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("read: {0}")]
+    Read(#[source] std::io::Error),
+    /// Not JSON, or not the JSON of this kind of record: serde's message, with the line and
+    /// column.
+    #[error("parse: {0}")]
+    Parse(#[source] serde_json::Error),
+    /// Well-formed, but a value that cannot be trusted.
+    #[error("refused: {0}")]
+    Refused(String),
+}
 
 impl<R: Persisted> Store<R> {
     /// Opens (creating if needed) the metadata directory and loads every record in it.
     /// Leftover temporary files from an interrupted write are removed; a record that cannot
-    /// be read is reported and skipped, never deleted.
-    pub fn open(dir: PathBuf) -> Result<(Self, Vec<R>), StoreError> {
-        std::fs::create_dir_all(&dir).map_err(err("create", &dir))?;
+    /// be read is logged (once, with its path and why) and skipped, never deleted.
+    pub fn open(records_dir: RecordDir) -> Result<(Self, Vec<R>), StoreError> {
+        Self::open_reporting(records_dir, |path, why| {
+            log::warn!(
+                "skipping unreadable {} record {} (left in place): {why}",
+                R::KIND,
+                path.display()
+            )
+        })
+    }
+
+    /// [`Self::open`], telling `skipped` about each record that could not be loaded.
+    fn open_reporting(
+        records_dir: RecordDir,
+        mut skipped: impl FnMut(&Path, RecordError),
+    ) -> Result<(Self, Vec<R>), StoreError> {
+        let dir = records_dir.path();
+        std::fs::create_dir_all(dir).map_err(err("create", dir))?;
         if let Some(parent) = dir.parent() {
             sync_dir(parent)?;
         }
         let mut records = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(err("list", &dir))? {
-            let entry = entry.map_err(err("list", &dir))?;
+        for entry in std::fs::read_dir(dir).map_err(err("list", dir))? {
+            let entry = entry.map_err(err("list", dir))?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(TEMP_PREFIX) {
-                log::info!("removing interrupted write {}", path.display());
-                std::fs::remove_file(&path).map_err(err("remove", &path))?;
-                continue;
-            }
-            let Some(id) = name.strip_suffix(SUFFIX) else {
-                continue;
-            };
-            match Self::load(&path) {
-                // The file name is the ID; one that could not name a volume directory
-                // (`...json` would be `..`) is never trusted.
-                Some(record) if record.id() == id && volume_id_problem(id).is_none() => {
-                    records.push(record)
+            let id = match RecordDir::name(&name) {
+                RecordName::Record(id) => id,
+                RecordName::Temporary => {
+                    log::info!("removing interrupted write {}", path.display());
+                    std::fs::remove_file(&path).map_err(err("remove", &path))?;
+                    continue;
                 }
-                _ => log::error!(
-                    "skipping unreadable {} record {} (left in place)",
-                    R::KIND,
-                    path.display()
-                ),
+                RecordName::Other => continue,
+            };
+            match Self::load(&path, id) {
+                Ok(record) => records.push(record),
+                Err(why) => skipped(&path, why),
             }
         }
         let kind = PhantomData;
+        let dir = records_dir;
         Ok((Self { dir, kind }, records))
     }
 
-    fn load(path: &Path) -> Option<R> {
-        let text = std::fs::read(path).ok()?;
-        R::from_json(&serde_json::from_slice(&text).ok()?)
-    }
-
-    fn path(&self, id: &str) -> PathBuf {
-        self.dir.join(format!("{id}{SUFFIX}"))
+    /// The record of `id` in the file at `path`, if it can be trusted.
+    pub fn load(path: &Path, id: &str) -> Result<R, RecordError> {
+        // The file name is the ID; one that could not name a volume directory (`...json`
+        // would be `..`) is never trusted.
+        if let Some(problem) = volume_id_problem(id) {
+            return Err(RecordError::Refused(format!(
+                "the ID its file name gives, {id:?}, {problem}"
+            )));
+        }
+        let bytes = std::fs::read(path).map_err(RecordError::Read)?;
+        let record: R = decode(&bytes).map_err(RecordError::Parse)?;
+        if record.id() != id {
+            return Err(RecordError::Refused(format!(
+                "it holds the record of {:?}, not of {id:?} as its file name says",
+                record.id()
+            )));
+        }
+        match record.problem() {
+            Some(problem) => Err(RecordError::Refused(problem)),
+            None => Ok(record),
+        }
     }
 
     /// Whether a record file for `id` is there, readable or not: data of an ID whose record
     /// could not be read is never treated as left over.
     pub fn has_file(&self, id: &str) -> bool {
-        std::fs::symlink_metadata(self.path(id)).is_ok()
+        std::fs::symlink_metadata(self.dir.record(id)).is_ok()
     }
 
     /// Writes a record so that it survives a crash at any point.
     pub fn save(&self, record: &R) -> Result<(), StoreError> {
-        let path = self.path(record.id());
-        let temp = self
-            .dir
-            .join(format!("{TEMP_PREFIX}{}{SUFFIX}", record.id()));
-        let body = record.to_json().to_string();
+        let path = self.dir.record(record.id());
+        let temp = self.dir.temporary(record.id());
+        let body = encode(record)
+            .map_err(std::io::Error::other)
+            .map_err(err("encode", &path))?;
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
@@ -241,7 +300,7 @@ impl<R: Persisted> Store<R> {
                 .truncate(true)
                 .mode(0o600)
                 .open(&temp)?;
-            file.write_all(body.as_bytes())?;
+            file.write_all(&body)?;
             file.sync_all()
         };
         write()
@@ -255,7 +314,7 @@ impl<R: Persisted> Store<R> {
 
     /// Removes a record durably; a record that is already gone is fine.
     pub fn remove(&self, id: &str) -> Result<(), StoreError> {
-        let path = self.path(id);
+        let path = self.dir.record(id);
         match std::fs::remove_file(&path) {
             Ok(()) => self.sync_dir(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -265,7 +324,7 @@ impl<R: Persisted> Store<R> {
 
     /// A rename or unlink is durable only once its directory is synced.
     fn sync_dir(&self) -> Result<(), StoreError> {
-        sync_dir(&self.dir)
+        sync_dir(self.dir.path())
     }
 }
 
@@ -302,6 +361,11 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 mod tests {
     use super::*;
 
+    /// A store's directory: any will do.
+    fn records(dir: &tempfile::TempDir) -> RecordDir {
+        RecordDir::at(dir.path().join("records"))
+    }
+
     fn record(id: &str) -> Record {
         Record {
             id: id.into(),
@@ -318,34 +382,34 @@ mod tests {
     #[test]
     fn saved_records_are_loaded_back_after_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
+        let (store, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert!(loaded.is_empty());
         store.save(&record("a")).unwrap();
         store.save(&record("b")).unwrap();
         store.remove("b").unwrap();
         store.remove("never-existed").unwrap();
-        let (_, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
+        let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert_eq!(loaded, vec![record("a")]);
     }
 
     #[test]
     fn a_rewrite_replaces_the_record_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         store.save(&record("a")).unwrap();
         let bigger = Record {
             capacity: 1 << 40,
             ..record("a")
         };
         store.save(&bigger).unwrap();
-        let (_, loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert_eq!(loaded, vec![bigger]);
     }
 
     #[test]
     fn a_project_id_is_kept_and_records_without_one_still_load() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         let quota = Record {
             project_id: Some(1 << 30),
             ..record("q")
@@ -354,8 +418,8 @@ mod tests {
         // As written before project quotas existed.
         let old =
             r#"{"version":1,"id":"old","name":"pvc-old","capacity_bytes":7,"ephemeral":false}"#;
-        std::fs::write(dir.path().join("old.json"), old).unwrap();
-        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::write(records(&dir).record("old"), old).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(records(&dir)).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         let old = Record {
             name: "pvc-old".into(),
@@ -368,7 +432,7 @@ mod tests {
     #[test]
     fn a_content_source_is_kept_and_records_from_before_snapshots_still_load() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         let restored = Record {
             source: Some(ContentSource::Snapshot("snap-1".into())),
             ..record("a")
@@ -380,11 +444,11 @@ mod tests {
         store.save(&restored).unwrap();
         store.save(&cloned).unwrap();
         let old = r#"{"version":1,"id":"d","name":"pvc-d","capacity_bytes":42,"ephemeral":false}"#;
-        std::fs::write(dir.path().join("d.json"), old).unwrap();
+        std::fs::write(records(&dir).record("d"), old).unwrap();
         let bad =
             r#"{"id":"e","name":"","capacity_bytes":1,"ephemeral":false,"content_source":{}}"#;
-        std::fs::write(dir.path().join("e.json"), bad).unwrap();
-        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::write(records(&dir).record("e"), bad).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(records(&dir)).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(loaded, vec![restored, cloned, record("d")]);
     }
@@ -392,7 +456,7 @@ mod tests {
     #[test]
     fn attributes_and_the_block_access_type_are_kept_and_older_records_load_with_the_defaults() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        let (store, _) = Store::<Record>::open(records(&dir)).unwrap();
         let modified = Record {
             attributes: Attributes {
                 inode_limit: Some(5000),
@@ -408,8 +472,8 @@ mod tests {
         };
         store.save(&block).unwrap();
         let old = r#"{"version":1,"id":"b","name":"pvc-b","capacity_bytes":42,"ephemeral":false}"#;
-        std::fs::write(dir.path().join("b.json"), old).unwrap();
-        let (_, mut loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::write(records(&dir).record("b"), old).unwrap();
+        let (_, mut loaded) = Store::<Record>::open(records(&dir)).unwrap();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(loaded, vec![modified, record("b"), block]);
     }
@@ -417,17 +481,79 @@ mod tests {
     #[test]
     fn interrupted_writes_are_cleaned_up_and_torn_records_left_in_place() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(".tmp-a.json"), "{\"half").unwrap();
-        std::fs::write(dir.path().join("b.json"), "not json").unwrap();
-        std::fs::write(
-            dir.path().join("c.json"),
-            record("other").to_json().to_string(),
-        )
-        .unwrap();
-        let (_, loaded) = Store::<Record>::open(dir.path().to_owned()).unwrap();
+        std::fs::create_dir(records(&dir).path()).unwrap();
+        std::fs::write(records(&dir).temporary("a"), "{\"half").unwrap();
+        std::fs::write(records(&dir).record("b"), "not json").unwrap();
+        std::fs::write(records(&dir).record("c"), encode(&record("other")).unwrap()).unwrap();
+        let (_, loaded) = Store::<Record>::open(records(&dir)).unwrap();
         assert!(loaded.is_empty());
-        assert!(!dir.path().join(".tmp-a.json").exists());
-        assert!(dir.path().join("b.json").exists(), "evidence is kept");
-        assert!(dir.path().join("c.json").exists());
+        assert!(!records(&dir).temporary("a").exists());
+        assert!(records(&dir).record("b").exists(), "evidence is kept");
+        assert!(records(&dir).record("c").exists());
+    }
+
+    #[test]
+    fn each_unreadable_record_is_reported_once_with_why_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = records(&dir);
+        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
+        store.save(&record("good")).unwrap();
+        std::fs::create_dir(records.record("a-directory")).unwrap();
+        std::fs::write(records.record("torn"), r#"{"id":"to"#).unwrap();
+        let nameless = r#"{"id":"nameless","capacity_bytes":1,"ephemeral":false}"#;
+        std::fs::write(records.record("nameless"), nameless).unwrap();
+        let other = encode(&record("someone-else")).unwrap();
+        std::fs::write(records.record("other"), other).unwrap();
+        std::fs::write(records.record(".."), encode(&record("..")).unwrap()).unwrap();
+        let mut said = Vec::new();
+        let (_, loaded) = Store::<Record>::open_reporting(records.clone(), |path, why| {
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            said.push((name, why.to_string()));
+        })
+        .unwrap();
+        assert_eq!(loaded, vec![record("good")]);
+        said.sort();
+        let said: Vec<(&str, &str)> = said.iter().map(|(n, w)| (&**n, &**w)).collect();
+        assert_eq!(
+            said,
+            [
+                (
+                    "...json",
+                    r#"refused: the ID its file name gives, "..", begins with a dot"#
+                ),
+                ("a-directory.json", "read: Is a directory (os error 21)"),
+                (
+                    "nameless.json",
+                    "parse: missing field `name` at line 1 column 54"
+                ),
+                (
+                    "other.json",
+                    r#"refused: it holds the record of "someone-else", not of "other" as its file name says"#
+                ),
+                (
+                    "torn.json",
+                    "parse: EOF while parsing a string at line 1 column 9"
+                ),
+            ]
+        );
+        for name in ["..", "a-directory", "torn", "nameless", "other"] {
+            assert!(records.record(name).exists(), "{name} is left in place");
+        }
+    }
+
+    #[test]
+    fn a_group_without_a_member_per_source_is_refused_saying_so() {
+        use crate::node_server::state::snapshots::Group;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(records(&dir).path()).unwrap();
+        let torn = r#"{"creation_time":{"nanos":0,"seconds":0},"id":"group-1","name":"","snapshot_ids":["snap-1"],"source_volume_ids":["vol-1","vol-2"],"version":1}"#;
+        let path = records(&dir).record("group-1");
+        std::fs::write(&path, torn).unwrap();
+        let why = Store::<Group>::load(&path, "group-1").unwrap_err();
+        assert!(matches!(why, RecordError::Refused(_)), "{why:?}");
+        assert_eq!(
+            why.to_string(),
+            "refused: 2 source volume(s) but 1 member snapshot(s)"
+        );
     }
 }

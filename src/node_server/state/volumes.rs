@@ -1,5 +1,5 @@
 //! The volumes this node owns: their records (persisted by [`Store`]), their data directories
-//! under `<state-dir>/volumes/`, capacity accounting (and enforcement, through
+//! (where [`StateDir`] says), capacity accounting (and enforcement, through
 //! [`VolumeQuotas`]), and per-volume locks.
 //!
 //! Locks are try-locks: a second call on a volume while one is running gets ABORTED at once
@@ -15,6 +15,7 @@ use crate::linux::quota::QuotaError;
 use crate::node_server::driver::publish;
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::capacity;
+use crate::node_server::state::layout::StateDir;
 pub use crate::node_server::state::store::{ContentSource, Record};
 use crate::node_server::state::store::{Store, StoreError, sync_dir};
 use crate::node_server::state::volume_quota::{Hold, VolumeQuotas};
@@ -69,7 +70,7 @@ struct Inner {
 
 #[derive(Debug)]
 pub struct Volumes {
-    data_dir: PathBuf,
+    state: StateDir,
     store: Store,
     /// `--capacity`; `None` means "the free space of the filesystem".
     total: Option<u64>,
@@ -123,38 +124,38 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Volumes {
-    /// Opens the state directory (which must be canonical) and loads every record; sizes
-    /// are accounted, not enforced.
-    pub fn open(state_dir: &Path, total: Option<u64>) -> Result<Arc<Self>, VolumeError> {
-        Self::open_with(state_dir, total, VolumeQuotas::off())
+    /// Opens the volumes of the state directory and loads every record; sizes are accounted,
+    /// not enforced.
+    pub fn open(state: &StateDir, total: Option<u64>) -> Result<Arc<Self>, VolumeError> {
+        Self::open_with(state, total, VolumeQuotas::off())
     }
 
-    /// The directory volume directories are made in (`<state-dir>/volumes`), created.
-    pub fn data_dir_of(state_dir: &Path) -> Result<PathBuf, VolumeError> {
-        let data_dir = state_dir.join("volumes");
-        std::fs::create_dir_all(&data_dir).map_err(io("create", &data_dir))?;
+    /// The directory volume directories are made in, created.
+    pub fn create_data_dir(state: &StateDir) -> Result<&Path, VolumeError> {
+        let data_dir = state.volume_data();
+        std::fs::create_dir_all(data_dir).map_err(io("create", data_dir))?;
         Ok(data_dir)
     }
 
     /// [`Self::open`], with sizes held as `quotas` decided; the recorded volumes are put back
     /// under their limits.
     pub fn open_with(
-        state_dir: &Path,
+        state: &StateDir,
         total: Option<u64>,
         quotas: VolumeQuotas,
     ) -> Result<Arc<Self>, VolumeError> {
-        let data_dir = Self::data_dir_of(state_dir)?;
-        let (store, loaded) = Store::<Record>::open(state_dir.join("meta"))?;
+        Self::create_data_dir(state)?;
+        let (store, loaded) = Store::<Record>::open(state.volume_records().clone())?;
         log::info!(
             "loaded {} volume record(s) from {}",
             loaded.len(),
-            state_dir.display()
+            state.root().display()
         );
-        let dirs: Vec<PathBuf> = loaded.iter().map(|r| data_dir.join(&r.id)).collect();
+        let dirs: Vec<PathBuf> = loaded.iter().map(|r| state.volume(&r.id)).collect();
         quotas.adopt(dirs.iter().map(PathBuf::as_path).zip(&loaded));
         let records = loaded.into_iter().map(|r| (r.id.clone(), r)).collect();
         Ok(Arc::new(Self {
-            data_dir,
+            state: state.clone(),
             store,
             total,
             inner: Mutex::new(Inner {
@@ -173,7 +174,7 @@ impl Volumes {
 
     /// The data directory of a volume (which may not exist).
     pub fn path_of(&self, id: &str) -> PathBuf {
-        self.data_dir.join(id)
+        self.state.volume(id)
     }
 
     /// Starts an operation on `key`, or refuses at once if one is running.
@@ -225,8 +226,9 @@ impl Volumes {
                 .saturating_add(inner.reserved)
                 .saturating_add(inner.charged)
         };
-        capacity::available(self.total, allocated, &self.data_dir)
-            .map_err(io("measure free space of", &self.data_dir))
+        let data_dir = self.state.volume_data();
+        capacity::available(self.total, allocated, data_dir)
+            .map_err(io("measure free space of", data_dir))
     }
 
     /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
@@ -288,7 +290,7 @@ impl Volumes {
             return Err(e);
         }
         // The directory must be durable before the record that promises it.
-        sync_dir(&self.data_dir).map_err(VolumeError::from)?;
+        sync_dir(self.state.volume_data()).map_err(VolumeError::from)?;
         if let Err(e) = self.store.save(&record) {
             self.quotas.abandon(&dir, &record);
             let _ = crate::linux::copy::remove_tree(&dir);
@@ -366,9 +368,10 @@ impl Volumes {
     /// directory whose record exists but cannot be read is kept; removal never crosses a mount.
     /// Run at start-up, before anything is served.
     pub fn remove_unrecorded(&self) -> Result<(), VolumeError> {
-        let names = std::fs::read_dir(&self.data_dir).map_err(io("list", &self.data_dir))?;
+        let data_dir = self.state.volume_data();
+        let names = std::fs::read_dir(data_dir).map_err(io("list", data_dir))?;
         for entry in names {
-            let entry = entry.map_err(io("list", &self.data_dir))?;
+            let entry = entry.map_err(io("list", data_dir))?;
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
             if crate::node_server::grpc::validate::volume_id_problem(id).is_some()
@@ -463,7 +466,7 @@ impl Volumes {
             // directory descriptors), so a link to elsewhere is removed, not its target.
             std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
             // Durably gone before the record goes, so a crash cannot leave unlisted data.
-            sync_dir(&self.data_dir)?;
+            sync_dir(self.state.volume_data())?;
         }
         // Its project ID goes before the record that holds it; a failure here leaves the
         // record, and the next DeleteVolume releases it.

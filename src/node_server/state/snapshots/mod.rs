@@ -1,6 +1,6 @@
-//! The snapshots this node holds: each one a copy of a volume's tree under
-//! `<state-dir>/snapshots/<id>/`, its record under `<state-dir>/snapshot-meta/<id>.json`, and
-//! group snapshots' records under `<state-dir>/group-meta/<id>.json`.
+//! The snapshots this node holds: each one a copy of a volume's tree in its own data directory,
+//! with its record beside the others, and group snapshots' records in a directory of their own
+//! (where [`StateDir`] says).
 //!
 //! A snapshot exists, and is ready to use, once its record does: the copy is complete and
 //! durable before the record is written ([`take`]), and a group's record is written after
@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use crate::linux::copy;
 use crate::node_server::driver::error::SnapshotError;
 use crate::node_server::grpc::validate::volume_id_problem;
+use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::store::{self, Store};
 use crate::node_server::state::volumes::VolumeError;
 pub use records::{Group, Snapshot, Time};
@@ -39,7 +40,7 @@ pub struct Filter<'a> {
 
 #[derive(Debug)]
 pub struct Snapshots {
-    data_dir: PathBuf,
+    state: StateDir,
     store: Store<Snapshot>,
     groups: Store<Group>,
     inner: Mutex<Inner>,
@@ -56,15 +57,15 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Sn
 }
 
 impl Snapshots {
-    /// Opens the snapshot directories under `state_dir` (creating them), loads every record
-    /// and removes what interrupted operations left.
-    pub fn open(state_dir: &Path) -> Result<Self, SnapshotError> {
-        let data_dir = state_dir.join("snapshots");
-        std::fs::create_dir_all(&data_dir).map_err(io("create", &data_dir))?;
-        let (store, snapshots) = Store::<Snapshot>::open(state_dir.join("snapshot-meta"))?;
-        let (groups, loaded_groups) = Store::<Group>::open(state_dir.join("group-meta"))?;
+    /// Opens the snapshot directories of the state directory (creating them), loads every
+    /// record and removes what interrupted operations left.
+    pub fn open(state: &StateDir) -> Result<Self, SnapshotError> {
+        let data_dir = state.snapshot_data();
+        std::fs::create_dir_all(data_dir).map_err(io("create", data_dir))?;
+        let (store, snapshots) = Store::<Snapshot>::open(state.snapshot_records().clone())?;
+        let (groups, loaded_groups) = Store::<Group>::open(state.group_records().clone())?;
         let this = Self {
-            data_dir,
+            state: state.clone(),
             store,
             groups,
             inner: Mutex::default(),
@@ -81,7 +82,8 @@ impl Snapshots {
     }
 
     fn recover(&self, snapshots: Vec<Snapshot>, groups: Vec<Group>) -> Result<(), SnapshotError> {
-        let partials = copy::remove_partials(&self.data_dir).map_err(SnapshotError::Remove)?;
+        let data_dir = self.state.snapshot_data();
+        let partials = copy::remove_partials(data_dir).map_err(SnapshotError::Remove)?;
         for name in partials {
             log::info!("removed an interrupted snapshot copy {name:?}");
         }
@@ -111,8 +113,8 @@ impl Snapshots {
             }
         }
         drop(inner);
-        for entry in std::fs::read_dir(&self.data_dir).map_err(io("list", &self.data_dir))? {
-            let entry = entry.map_err(io("list", &self.data_dir))?;
+        for entry in std::fs::read_dir(data_dir).map_err(io("list", data_dir))? {
+            let entry = entry.map_err(io("list", data_dir))?;
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
             if volume_id_problem(id).is_none() && !self.store.has_file(id) {
@@ -132,7 +134,7 @@ impl Snapshots {
 
     /// Where a snapshot's tree is (or goes).
     pub fn path_of(&self, id: &str) -> PathBuf {
-        self.data_dir.join(id)
+        self.state.snapshot(id)
     }
 
     /// A fresh ID with `prefix` (`snap-`, `group-`): never a volume's, never one in use.

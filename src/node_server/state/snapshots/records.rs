@@ -2,9 +2,9 @@
 //! written only once the snapshot's data is complete and durable, so a record's existence is
 //! what `ready_to_use` means.
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
-use crate::node_server::state::store::Persisted;
+use crate::node_server::state::store::{Persisted, access_type};
 
 /// Seconds and nanoseconds since the Unix epoch.
 pub type Time = (i64, u32);
@@ -20,54 +20,73 @@ pub fn now() -> Time {
     )
 }
 
-/// One snapshot: a copy of a volume's tree under `<state-dir>/snapshots/<id>/`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A [`Time`] on disk: `{"seconds": <i64>, "nanos": <u32>}`, as protobuf's Timestamp.
+mod timestamp {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Time;
+
+    #[derive(Serialize, Deserialize)]
+    struct Timestamp {
+        seconds: i64,
+        nanos: u32,
+    }
+
+    pub fn serialize<S: Serializer>(&(seconds, nanos): &Time, to: S) -> Result<S::Ok, S::Error> {
+        Timestamp { seconds, nanos }.serialize(to)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Time, D::Error> {
+        let Timestamp { seconds, nanos } = Timestamp::deserialize(from)?;
+        Ok((seconds, nanos))
+    }
+}
+
+/// One snapshot: a copy of a volume's tree in its own data directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub id: String,
     /// CreateSnapshot's name; empty for the members of a group, which are named by the group.
     pub name: String,
+    #[serde(rename = "source_volume_id")]
     pub source_volume: String,
     /// The source volume's capacity when the snapshot was cut: the least a restore needs.
+    #[serde(rename = "size_bytes")]
     pub size: u64,
     /// When the copy began, just after the filesystem was synced.
+    #[serde(rename = "creation_time", with = "timestamp")]
     pub created: Time,
     /// The bytes its files hold (their allocated blocks), which `--capacity` counts.
+    #[serde(rename = "data_bytes")]
     pub bytes: u64,
-    /// The group snapshot it belongs to, which alone may delete it.
+    /// The group snapshot it belongs to, which alone may delete it. Always written, `null`
+    /// for none: earlier versions refuse a record without the key.
+    #[serde(rename = "group_snapshot_id")]
     pub group: Option<String>,
     /// Of a raw block volume (its file); absent in records from before block volumes.
+    #[serde(
+        rename = "access_type",
+        default,
+        skip_serializing_if = "access_type::is_mount",
+        serialize_with = "access_type::serialize",
+        deserialize_with = "access_type::deserialize_any_string"
+    )]
     pub block: bool,
 }
 
 /// A group snapshot: its member snapshots, one per source volume, cut together.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Group {
     pub id: String,
     pub name: String,
     /// The source volumes, as the request listed them.
+    #[serde(rename = "source_volume_ids")]
     pub sources: Vec<String>,
     /// The member snapshot IDs, in the order of `sources`.
+    #[serde(rename = "snapshot_ids")]
     pub members: Vec<String>,
+    #[serde(rename = "creation_time", with = "timestamp")]
     pub created: Time,
-}
-
-fn time_to_json((seconds, nanos): Time) -> Value {
-    json!({ "seconds": seconds, "nanos": nanos })
-}
-
-fn time_from_json(value: &Value) -> Option<Time> {
-    let nanos = u32::try_from(value.get("nanos")?.as_u64()?).ok()?;
-    Some((value.get("seconds")?.as_i64()?, nanos))
-}
-
-fn text(value: &Value, key: &str) -> Option<String> {
-    Some(value.get(key)?.as_str()?.to_owned())
-}
-
-fn strings(value: &Value) -> Option<Vec<String>> {
-    (value.as_array()?.iter())
-        .map(|v| v.as_str().map(str::to_owned))
-        .collect()
 }
 
 impl Persisted for Snapshot {
@@ -75,43 +94,6 @@ impl Persisted for Snapshot {
 
     fn id(&self) -> &str {
         &self.id
-    }
-
-    fn to_json(&self) -> Value {
-        let mut value = json!({
-            "version": 1,
-            "id": self.id,
-            "name": self.name,
-            "source_volume_id": self.source_volume,
-            "size_bytes": self.size,
-            "creation_time": time_to_json(self.created),
-            "data_bytes": self.bytes,
-            "group_snapshot_id": self.group,
-        });
-        if self.block {
-            value["access_type"] = "block".into();
-        }
-        value
-    }
-
-    fn from_json(value: &Value) -> Option<Self> {
-        let group = match value.get("group_snapshot_id")? {
-            Value::Null => None,
-            id => Some(id.as_str()?.to_owned()),
-        };
-        Some(Self {
-            id: text(value, "id")?,
-            name: text(value, "name")?,
-            source_volume: text(value, "source_volume_id")?,
-            size: value.get("size_bytes")?.as_u64()?,
-            created: time_from_json(value.get("creation_time")?)?,
-            bytes: value.get("data_bytes")?.as_u64()?,
-            group,
-            block: match value.get("access_type") {
-                None => false,
-                Some(kind) => kind.as_str()? == "block",
-            },
-        })
     }
 }
 
@@ -122,32 +104,22 @@ impl Persisted for Group {
         &self.id
     }
 
-    fn to_json(&self) -> Value {
-        json!({
-            "version": 1,
-            "creation_time": time_to_json(self.created),
-            "id": self.id,
-            "name": self.name,
-            "source_volume_ids": self.sources,
-            "snapshot_ids": self.members,
+    /// A member per source.
+    fn problem(&self) -> Option<String> {
+        (self.sources.len() != self.members.len()).then(|| {
+            format!(
+                "{} source volume(s) but {} member snapshot(s)",
+                self.sources.len(),
+                self.members.len()
+            )
         })
-    }
-
-    fn from_json(value: &Value) -> Option<Self> {
-        let group = Self {
-            id: text(value, "id")?,
-            name: text(value, "name")?,
-            sources: strings(value.get("source_volume_ids")?)?,
-            members: strings(value.get("snapshot_ids")?)?,
-            created: time_from_json(value.get("creation_time")?)?,
-        };
-        (group.sources.len() == group.members.len()).then_some(group)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node_server::state::store::{decode, encode};
 
     #[test]
     fn snapshot_and_group_records_read_back_what_they_wrote() {
@@ -171,7 +143,8 @@ mod tests {
             ..single.clone()
         };
         for snapshot in [member, single, block] {
-            assert_eq!(Snapshot::from_json(&snapshot.to_json()), Some(snapshot));
+            let bytes = encode(&snapshot).unwrap();
+            assert_eq!(decode::<Snapshot>(&bytes).unwrap(), snapshot);
         }
         let group = Group {
             id: "group-1".into(),
@@ -180,9 +153,17 @@ mod tests {
             members: vec!["snap-1".into(), "snap-2".into()],
             created: (1, 2),
         };
-        assert_eq!(Group::from_json(&group.to_json()), Some(group.clone()));
-        let mut torn = group.to_json();
-        torn["snapshot_ids"] = json!(["snap-1"]);
-        assert_eq!(Group::from_json(&torn), None, "a member per source");
+        let bytes = encode(&group).unwrap();
+        assert_eq!(decode::<Group>(&bytes).unwrap(), group);
+        assert_eq!(group.problem(), None);
+        let torn = Group {
+            members: vec!["snap-1".into()],
+            ..group
+        };
+        assert_eq!(
+            torn.problem().as_deref(),
+            Some("2 source volume(s) but 1 member snapshot(s)"),
+            "a member per source"
+        );
     }
 }

@@ -17,6 +17,10 @@ fn snapshot(id: &str, source: &str, group: Option<&str>) -> Snapshot {
     }
 }
 
+fn open(state: &tempfile::TempDir) -> Snapshots {
+    Snapshots::open(&StateDir::open(state.path()).unwrap()).unwrap()
+}
+
 /// A snapshot's data, as a cut leaves it.
 fn data(snapshots: &Snapshots, id: &str) {
     let dir = snapshots.path_of(id);
@@ -27,7 +31,7 @@ fn data(snapshots: &Snapshots, id: &str) {
 #[test]
 fn committed_snapshots_and_groups_are_loaded_back_and_listed_in_pages() {
     let state = tempfile::tempdir().unwrap();
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     for id in ["snap-a", "snap-b", "snap-c"] {
         data(&snapshots, id);
     }
@@ -49,7 +53,7 @@ fn committed_snapshots_and_groups_are_loaded_back_and_listed_in_pages() {
     snapshots.commit(&members, Some(&group)).unwrap();
     drop(snapshots);
 
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     assert_eq!(snapshots.find_name("snap-a"), Some(single.clone()));
     assert_eq!(snapshots.find_group_name("g"), Some(group.clone()));
     assert_eq!(snapshots.members(&group), members.to_vec());
@@ -78,9 +82,12 @@ fn committed_snapshots_and_groups_are_loaded_back_and_listed_in_pages() {
 #[test]
 fn start_up_removes_partial_copies_unrecorded_data_and_members_of_unfinished_groups() {
     let state = tempfile::tempdir().unwrap();
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     // A copy killed midway: a temporary name from another (dead) process.
-    let partial = snapshots.data_dir.join(".partial-999999-0-snap-p");
+    let partial = snapshots
+        .state
+        .snapshot_data()
+        .join(".partial-999999-0-snap-p");
     fs::create_dir_all(partial.join("deep")).unwrap();
     // A copy finished, its record never written.
     data(&snapshots, "snap-unrecorded");
@@ -98,10 +105,10 @@ fn start_up_removes_partial_copies_unrecorded_data_and_members_of_unfinished_gro
     snapshots.commit(std::slice::from_ref(&good), None).unwrap();
     drop(snapshots);
 
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     let listed: Vec<Snapshot> = snapshots.page(Filter::default(), None, 0).0;
     assert_eq!(listed, vec![good]);
-    let mut left: Vec<String> = fs::read_dir(&snapshots.data_dir)
+    let mut left: Vec<String> = fs::read_dir(snapshots.state.snapshot_data())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
@@ -115,23 +122,23 @@ fn start_up_removes_partial_copies_unrecorded_data_and_members_of_unfinished_gro
 #[test]
 fn data_whose_record_cannot_be_read_is_kept_and_a_record_without_data_is_not_offered() {
     let state = tempfile::tempdir().unwrap();
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     data(&snapshots, "snap-torn");
-    let meta = state.path().join("snapshot-meta");
-    fs::write(meta.join("snap-torn.json"), b"{\"id\": \"snap-to").unwrap();
+    let records = snapshots.state.snapshot_records().clone();
+    fs::write(records.record("snap-torn"), b"{\"id\": \"snap-to").unwrap();
     snapshots
         .commit(&[snapshot("snap-nodata", "vol-1", None)], None)
         .unwrap();
     drop(snapshots);
 
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     assert_eq!(snapshots.page(Filter::default(), None, 0).0, vec![]);
     assert!(
         snapshots.path_of("snap-torn").join("file").exists(),
         "evidence is kept"
     );
     assert!(
-        meta.join("snap-nodata.json").exists(),
+        records.record("snap-nodata").exists(),
         "its record is left in place"
     );
 }
@@ -139,7 +146,7 @@ fn data_whose_record_cannot_be_read_is_kept_and_a_record_without_data_is_not_off
 #[test]
 fn deleting_removes_the_record_before_the_data_and_a_group_takes_its_members() {
     let state = tempfile::tempdir().unwrap();
-    let snapshots = Snapshots::open(state.path()).unwrap();
+    let snapshots = open(&state);
     for id in ["snap-1", "snap-2"] {
         data(&snapshots, id);
     }

@@ -4,9 +4,12 @@ use crate::linux::mount::{MountOptions, Mounter};
 
 fn open(total: Option<u64>) -> (tempfile::TempDir, Arc<Volumes>) {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().canonicalize().unwrap();
-    let volumes = Volumes::open(&state, total).unwrap();
+    let volumes = Volumes::open(&state_dir(&dir), total).unwrap();
     (dir, volumes)
+}
+
+fn state_dir(dir: &tempfile::TempDir) -> StateDir {
+    StateDir::open(dir.path()).unwrap()
 }
 
 fn record(id: &str, capacity: u64) -> Record {
@@ -34,7 +37,7 @@ fn created_volumes_survive_a_reopen_with_their_directories() {
     volumes.create(record("v1", 40)).unwrap();
     assert!(volumes.path_of("v1").is_dir());
     drop(volumes);
-    let reopened = Volumes::open(&dir.path().canonicalize().unwrap(), Some(100)).unwrap();
+    let reopened = Volumes::open(&state_dir(&dir), Some(100)).unwrap();
     assert_eq!(reopened.known("v1").unwrap(), record("v1", 40));
     assert_eq!(reopened.find_name("name-v1").unwrap().id, "v1");
     assert_eq!(reopened.available().unwrap(), 60);
@@ -199,7 +202,7 @@ fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
         "its reservation is given back"
     );
     drop(volumes);
-    let (_, loaded) = Store::<Record>::open(dir.path().join("meta")).unwrap();
+    let (_, loaded) = Store::<Record>::open(state_dir(&dir).volume_records().clone()).unwrap();
     assert_eq!(loaded.len(), 1);
 }
 
@@ -228,12 +231,12 @@ fn snapshot_bytes_count_against_the_total_and_are_refused_beyond_it() {
 fn directories_whose_create_never_reached_a_record_are_removed_at_start_up() {
     let (dir, volumes) = open(None);
     volumes.create(record("v1", 1)).unwrap();
-    let state = dir.path().canonicalize().unwrap();
-    let orphan = state.join("volumes/vol-interrupted");
+    let state = state_dir(&dir);
+    let orphan = state.volume("vol-interrupted");
     std::fs::create_dir_all(orphan.join("half/restored")).unwrap();
-    let unreadable = state.join("volumes/vol-unreadable");
+    let unreadable = state.volume("vol-unreadable");
     std::fs::create_dir(&unreadable).unwrap();
-    std::fs::write(state.join("meta/vol-unreadable.json"), b"{").unwrap();
+    std::fs::write(state.volume_records().record("vol-unreadable"), b"{").unwrap();
     drop(volumes);
     let volumes = Volumes::open(&state, None).unwrap();
     volumes.remove_unrecorded().unwrap();

@@ -1,0 +1,244 @@
+//! The state directory's layout: every name under `--state-dir`, spelled here and nowhere else.
+//!
+//! ```text
+//! <state-dir>/                        canonical (mount points in mountinfo are)
+//!   meta/<volume-id>.json             a volume's record
+//!   volumes/<volume-id>/              its data: a filesystem volume's tree, or
+//!   volumes/<volume-id>/volume.img      a block volume's file
+//!   snapshot-meta/<snapshot-id>.json  a snapshot's record
+//!   snapshots/<snapshot-id>/          its data: a copy of the volume's directory
+//!   group-meta/<group-id>.json        a group snapshot's record (its members are snapshots)
+//! ```
+//!
+//! In a record directory, `.tmp-<id>.json` is a record being written (renamed over
+//! `<id>.json` when complete); IDs never start with a dot, so the two cannot collide. In
+//! `volumes/` and `snapshots/`, `.partial-<pid>-<n>-<id>` is a copy being built: that name is
+//! the copy engine's own ([`crate::linux::copy`]), the same beside any destination.
+//!
+//! These names are the on-disk format: existing nodes have them, so they never change.
+
+use std::path::{Path, PathBuf};
+
+const VOLUME_RECORDS: &str = "meta";
+const VOLUME_DATA: &str = "volumes";
+const SNAPSHOT_RECORDS: &str = "snapshot-meta";
+const SNAPSHOT_DATA: &str = "snapshots";
+const GROUP_RECORDS: &str = "group-meta";
+/// A block volume's file, in its directory (and so in its snapshots' copies).
+const BLOCK_IMAGE: &str = "volume.img";
+const RECORD_SUFFIX: &str = ".json";
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// The state directory could not be created or resolved.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} state directory {}: {source}", path.display())]
+pub struct StateDirError {
+    pub op: &'static str,
+    /// As given.
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The state directory, resolved once: where every volume, snapshot and record is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    root: PathBuf,
+    volume_data: PathBuf,
+    snapshot_data: PathBuf,
+    volume_records: RecordDir,
+    snapshot_records: RecordDir,
+    group_records: RecordDir,
+}
+
+impl StateDir {
+    /// Creates the directory `given` (as `--state-dir` names it) if needed and resolves it;
+    /// the directories inside are created by those who keep them.
+    pub fn open(given: &Path) -> Result<Self, StateDirError> {
+        let fail = |op| {
+            move |source| StateDirError {
+                op,
+                path: given.to_owned(),
+                source,
+            }
+        };
+        std::fs::create_dir_all(given).map_err(fail("create"))?;
+        let root = given.canonicalize().map_err(fail("resolve"))?;
+        Ok(Self::at(root))
+    }
+
+    /// The layout under `root`, taken as canonical (nothing is created or resolved).
+    pub fn at(root: PathBuf) -> Self {
+        Self {
+            volume_data: root.join(VOLUME_DATA),
+            snapshot_data: root.join(SNAPSHOT_DATA),
+            volume_records: RecordDir::at(root.join(VOLUME_RECORDS)),
+            snapshot_records: RecordDir::at(root.join(SNAPSHOT_RECORDS)),
+            group_records: RecordDir::at(root.join(GROUP_RECORDS)),
+            root,
+        }
+    }
+
+    /// The state directory itself, canonical.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where volume directories are.
+    pub fn volume_data(&self) -> &Path {
+        &self.volume_data
+    }
+
+    /// A volume's directory (which may not exist).
+    pub fn volume(&self, id: &str) -> PathBuf {
+        self.volume_data.join(id)
+    }
+
+    /// A block volume's file.
+    pub fn block_image(&self, id: &str) -> PathBuf {
+        block_image_in(&self.volume(id))
+    }
+
+    /// Where snapshots' data directories are.
+    pub fn snapshot_data(&self) -> &Path {
+        &self.snapshot_data
+    }
+
+    /// A snapshot's data directory (which may not exist).
+    pub fn snapshot(&self, id: &str) -> PathBuf {
+        self.snapshot_data.join(id)
+    }
+
+    pub fn volume_records(&self) -> &RecordDir {
+        &self.volume_records
+    }
+
+    pub fn snapshot_records(&self) -> &RecordDir {
+        &self.snapshot_records
+    }
+
+    pub fn group_records(&self) -> &RecordDir {
+        &self.group_records
+    }
+}
+
+/// A block volume's file in `dir`, a volume's directory (or a copy of one being filled).
+pub fn block_image_in(dir: &Path) -> PathBuf {
+    dir.join(BLOCK_IMAGE)
+}
+
+/// A directory of records of one kind: `<id>.json` each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordDir(PathBuf);
+
+/// What a name in a [`RecordDir`] is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecordName<'a> {
+    /// The record of this ID.
+    Record(&'a str),
+    /// A record being written, or one whose write was interrupted.
+    Temporary,
+    /// Anything else (left alone).
+    Other,
+}
+
+impl RecordDir {
+    /// Records in `dir` (the state directory's own are [`StateDir`]'s).
+    pub fn at(dir: PathBuf) -> Self {
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The record of `id`.
+    pub fn record(&self, id: &str) -> PathBuf {
+        self.0.join(format!("{id}{RECORD_SUFFIX}"))
+    }
+
+    /// Where the record of `id` is written before it is renamed into place.
+    pub fn temporary(&self, id: &str) -> PathBuf {
+        self.0.join(format!("{TEMP_PREFIX}{id}{RECORD_SUFFIX}"))
+    }
+
+    /// What the entry `name` in this directory is.
+    pub fn name(name: &str) -> RecordName<'_> {
+        if name.starts_with(TEMP_PREFIX) {
+            return RecordName::Temporary;
+        }
+        match name.strip_suffix(RECORD_SUFFIX) {
+            Some(id) => RecordName::Record(id),
+            None => RecordName::Other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The on-disk names, spelled out from outside on purpose: nodes have them, so a change
+    /// here is an incompatible format change, never a refactoring.
+    #[test]
+    fn the_layout_is_the_one_on_disk() {
+        let state = StateDir::at(PathBuf::from("/var/lib/csi-nodekit"));
+        let at = |path: &Path| path.to_str().unwrap().to_owned();
+        assert_eq!(at(state.root()), "/var/lib/csi-nodekit");
+        assert_eq!(
+            at(&state.volume("vol-1")),
+            "/var/lib/csi-nodekit/volumes/vol-1"
+        );
+        assert_eq!(
+            at(&state.block_image("vol-1")),
+            "/var/lib/csi-nodekit/volumes/vol-1/volume.img"
+        );
+        assert_eq!(
+            at(&state.volume_records().record("vol-1")),
+            "/var/lib/csi-nodekit/meta/vol-1.json"
+        );
+        assert_eq!(
+            at(&state.volume_records().temporary("vol-1")),
+            "/var/lib/csi-nodekit/meta/.tmp-vol-1.json"
+        );
+        assert_eq!(
+            at(&state.snapshot("snap-1")),
+            "/var/lib/csi-nodekit/snapshots/snap-1"
+        );
+        assert_eq!(
+            at(&state.snapshot_records().record("snap-1")),
+            "/var/lib/csi-nodekit/snapshot-meta/snap-1.json"
+        );
+        assert_eq!(
+            at(&state.group_records().record("group-1")),
+            "/var/lib/csi-nodekit/group-meta/group-1.json"
+        );
+        assert_eq!(at(state.volume_data()), "/var/lib/csi-nodekit/volumes");
+        assert_eq!(at(state.snapshot_data()), "/var/lib/csi-nodekit/snapshots");
+    }
+
+    #[test]
+    fn names_in_a_record_directory_are_told_apart() {
+        assert_eq!(RecordDir::name("vol-1.json"), RecordName::Record("vol-1"));
+        assert_eq!(RecordDir::name(".tmp-vol-1.json"), RecordName::Temporary);
+        assert_eq!(RecordDir::name(".tmp-"), RecordName::Temporary);
+        assert_eq!(RecordDir::name("vol-1.json~"), RecordName::Other);
+        assert_eq!(RecordDir::name("notes"), RecordName::Other);
+    }
+
+    #[test]
+    fn opening_creates_and_resolves_but_keeps_the_given_path_for_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), &link).unwrap();
+        let state = StateDir::open(&link.join("state")).unwrap();
+        let real = dir.path().canonicalize().unwrap().join("real/state");
+        assert_eq!(state.root(), real);
+        assert!(real.is_dir());
+        std::fs::write(dir.path().join("file"), b"").unwrap();
+        let given = dir.path().join("file/state");
+        let err = StateDir::open(&given).unwrap_err();
+        assert_eq!((err.op, &err.path), ("create", &given));
+    }
+}
