@@ -1,0 +1,226 @@
+use super::*;
+
+fn record(project_id: Option<u32>) -> Record {
+    Record {
+        id: "v".into(),
+        capacity: 0,
+        project_id,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn off_accounts_without_touching_any_filesystem_and_says_why() {
+    let q = VolumeQuotas::start(Path::new("/nonexistent/volumes"), Mode::Off).unwrap();
+    let reason = q.reason().expect("a reason").to_owned();
+    assert!(reason.contains("--quota=off"), "{reason}");
+    assert_eq!(q.allocate().unwrap(), None);
+    assert_eq!(
+        q.hold(&record(None)).unwrap(),
+        Hold::Accounted(reason.clone())
+    );
+    let Hold::Accounted(why) = q.hold(&record(Some(7))).unwrap() else {
+        panic!("not enforced")
+    };
+    assert!(
+        why.starts_with(&reason) && why.contains("project quota 7"),
+        "{why}"
+    );
+    q.apply(&record(Some(7))).unwrap();
+    q.release(&record(Some(7))).unwrap();
+}
+
+#[test]
+fn auto_on_a_filesystem_without_project_quotas_accounts_and_on_refuses() {
+    // /proc is neither XFS nor ext4 on any machine.
+    let q = VolumeQuotas::start(Path::new("/proc"), Mode::Auto).unwrap();
+    let reason = q.reason().expect("not enforcing");
+    assert!(reason.contains("not on XFS or ext4"), "{reason}");
+    let refused = VolumeQuotas::start(Path::new("/proc"), Mode::On).unwrap_err();
+    assert!(refused.0.starts_with("--quota=on: /proc"), "{refused}");
+}
+
+#[test]
+fn a_directory_that_cannot_be_opened_is_a_reason_not_a_crash() {
+    let q = VolumeQuotas::start(Path::new("/nonexistent/volumes"), Mode::Auto).unwrap();
+    assert!(q.reason().unwrap().contains("/nonexistent/volumes"));
+}
+
+#[test]
+fn a_zero_size_is_held_to_one_byte_not_left_unlimited() {
+    assert_eq!(limits(&record(None)).bytes, 1);
+}
+
+#[test]
+fn the_inode_limit_is_the_volumes_inode_limit_attribute_and_none_by_default() {
+    assert_eq!(limits(&record(None)).inodes, 0);
+    let mut limited = record(Some(7));
+    limited.attributes.inode_limit = Some(500);
+    assert_eq!(limits(&limited).inodes, 500);
+}
+
+use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
+use crate::linux::quota::{Limits, Usage};
+
+/// Quotas enforced by a fake the test keeps a handle on.
+fn enforcing(quotas: RecordingQuotas) -> (VolumeQuotas, RecordingQuotas) {
+    (VolumeQuotas::enforcing(Box::new(quotas.clone())), quotas)
+}
+
+fn sized(id: &str, capacity: u64, project_id: Option<u32>) -> Record {
+    Record {
+        id: id.into(),
+        capacity,
+        project_id,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn start_up_puts_every_recorded_volume_back_under_its_limit_and_never_reuses_its_id() {
+    let dirs = tempfile::tempdir().unwrap();
+    let (a, b) = (dirs.path().join("a"), dirs.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let first = *PROJECT_IDS.start();
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    let (ra, rb) = (sized("a", 10, Some(first)), sized("b", 20, Some(first + 1)));
+    q.adopt([(a.as_path(), &ra), (b.as_path(), &rb)]);
+    assert_eq!(
+        fake.calls(),
+        [
+            Call::Assign(
+                a,
+                first,
+                Limits {
+                    bytes: 10,
+                    inodes: 0
+                }
+            ),
+            Call::Assign(
+                b,
+                first + 1,
+                Limits {
+                    bytes: 20,
+                    inodes: 0
+                }
+            ),
+        ]
+    );
+    assert_eq!(q.allocate().unwrap(), Some(first + 2));
+}
+
+#[test]
+fn a_volume_that_cannot_be_put_back_does_not_stop_the_others_or_free_its_id() {
+    let dirs = tempfile::tempdir().unwrap();
+    let (a, b) = (dirs.path().join("a"), dirs.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let first = *PROJECT_IDS.start();
+    let quotas = RecordingQuotas {
+        failing_dir: Some(a.clone()),
+        ..Default::default()
+    };
+    let (q, fake) = enforcing(quotas);
+    let (ra, rb) = (sized("a", 10, Some(first)), sized("b", 20, Some(first + 1)));
+    q.adopt([(a.as_path(), &ra), (b.as_path(), &rb)]);
+    assert_eq!(fake.calls().len(), 2, "b was adopted after a failed");
+    assert_eq!(q.allocate().unwrap(), Some(first + 2), "a's ID stays taken");
+}
+
+#[test]
+fn a_recorded_volume_whose_directory_is_gone_keeps_its_id_without_a_call() {
+    let first = *PROJECT_IDS.start();
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    let gone = sized("gone", 10, Some(first));
+    q.adopt([(Path::new("/nonexistent/volume"), &gone)]);
+    assert_eq!(fake.calls(), []);
+    assert_eq!(q.allocate().unwrap(), Some(first + 1));
+}
+
+#[test]
+fn allocation_skips_ids_the_filesystem_already_uses_whoever_made_them() {
+    let first = *PROJECT_IDS.start();
+    let quotas = RecordingQuotas::default();
+    for id in [first, first + 1, first + 3] {
+        quotas.projects.lock().unwrap().insert(id, Usage::default());
+    }
+    let (q, _quotas) = enforcing(quotas);
+    q.adopt([]);
+    assert_eq!(q.allocate().unwrap(), Some(first + 2));
+    assert_eq!(q.allocate().unwrap(), Some(first + 4));
+}
+
+#[test]
+fn a_deleted_volumes_limits_are_cleared_and_its_id_is_free_for_the_next() {
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    q.adopt([]);
+    let id = q.allocate().unwrap().unwrap();
+    let record = sized("v", 4096, Some(id));
+    q.apply(&record).unwrap();
+    q.release(&record).unwrap();
+    assert_eq!(
+        fake.calls(),
+        [
+            Call::SetLimits(
+                id,
+                Limits {
+                    bytes: 4096,
+                    inodes: 0
+                }
+            ),
+            Call::Release(None, id),
+        ]
+    );
+    assert_eq!(q.allocate().unwrap(), Some(id));
+}
+
+#[test]
+fn a_failed_creation_untags_its_directory_and_gives_the_id_back() {
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    q.adopt([]);
+    let id = q.allocate().unwrap().unwrap();
+    let dir = Path::new("/state/volumes/v");
+    q.abandon(dir, &sized("v", 1, Some(id)));
+    assert_eq!(fake.calls(), [Call::Release(Some(dir.to_owned()), id)]);
+    assert_eq!(q.allocate().unwrap(), Some(id));
+}
+
+#[test]
+fn a_volumes_hold_is_its_projects_usage_or_says_why_it_is_not_enforced() {
+    let first = *PROJECT_IDS.start();
+    let quotas = RecordingQuotas::default();
+    let usage = Usage {
+        bytes: 512,
+        inodes: 3,
+        limits: Limits {
+            bytes: 4096,
+            inodes: 0,
+        },
+    };
+    quotas.projects.lock().unwrap().insert(first, usage);
+    quotas
+        .projects
+        .lock()
+        .unwrap()
+        .insert(first + 1, Usage::default());
+    let (q, _quotas) = enforcing(quotas);
+    assert_eq!(
+        q.hold(&sized("v", 4096, Some(first))).unwrap(),
+        Hold::Enforced {
+            project_id: first,
+            usage
+        }
+    );
+    let Hold::Accounted(why) = q.hold(&sized("w", 4096, Some(first + 1))).unwrap() else {
+        panic!("a project without a block limit is not enforced")
+    };
+    assert!(why.contains("no block limit"), "{why}");
+    let Hold::Accounted(why) = q.hold(&sized("old", 4096, None)).unwrap() else {
+        panic!("a volume without a project is not enforced")
+    };
+    assert!(
+        why.contains("created while sizes were not enforced"),
+        "{why}"
+    );
+}
