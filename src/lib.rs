@@ -38,7 +38,8 @@
 //! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
 //!   formatting of values and errors. [`backoff`] — the one doubling back-off. [`rlimit`] —
 //!   process limits `main` sets before any mode starts.
-//! - [`plugin_registry`] — `<driver>-reg.sock`, the registration socket's name.
+//! - [`plugin_registry`] — `<driver>-reg.sock`, the registration socket's name. [`paths`] —
+//!   lexical checks on the absolute paths requests name.
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
@@ -57,6 +58,7 @@ pub mod linux;
 pub mod logging;
 pub mod metrics;
 pub mod node_server;
+pub mod paths;
 pub mod plugin_registry;
 pub mod probe;
 pub mod proto;

@@ -6,6 +6,11 @@ use std::future::Future;
 use crate::BoxError;
 use crate::shutdown::Shutdown;
 
+/// Blocking work that never reported back (it panicked or was cancelled).
+#[derive(Debug, thiserror::Error)]
+#[error("worker failed: {0}")]
+pub struct WorkerError(#[from] pub tokio::task::JoinError);
+
 /// How many threads a mode's runtime has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Threads {

@@ -139,6 +139,17 @@ impl MountTable {
             .iter()
             .filter(move |e| e.mount_point.starts_with(path))
     }
+
+    /// The first place a directory is mounted on or from, if any: deleting it then would
+    /// delete through a mount.
+    pub fn first_user(&self, dir: &Path) -> Result<Option<PathBuf>, Unlocatable> {
+        let source = self.locate(dir)?;
+        Ok(self
+            .mounts_from(&source)
+            .chain(self.mounts_under(dir))
+            .map(|e| e.mount_point.clone())
+            .next())
+    }
 }
 
 /// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`

@@ -19,6 +19,7 @@
 //! - Underneath, [`crate::linux`]: mounts, the mount table, quotas, loop devices, the copy
 //!   engine.
 
+pub mod config;
 pub mod driver;
 pub mod grpc;
 pub mod state;
@@ -31,6 +32,7 @@ use tower::layer::util::{Identity, Stack};
 use tower::util::MapResponseLayer;
 
 pub use crate::linux::mount::{LinuxMounter, Mounter};
+pub use config::{Config, ConfigError};
 pub use driver::OpenError;
 
 use crate::linux::quota;
@@ -39,7 +41,6 @@ use grpc::{controller, field_limits, group_controller, identity, node};
 use state::layout::StateDir;
 
 use crate::cli::values::{ByteSize, FlagValue, NonEmptyPath, SocketAddress};
-use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
@@ -92,60 +93,6 @@ crate::mode_args! {
         /// way; csi-sanity before v5.5 fails on the capability)
         #[argh(switch)]
         pub advertise_get_snapshot: bool,
-    }
-}
-
-/// What the plugin is, independent of how it is started.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub driver_name: String,
-    pub node_id: String,
-    /// `--state-dir` as given, for messages; the driver resolves it once into a [`StateDir`],
-    /// which every path in it comes from.
-    pub state_dir: PathBuf,
-    pub max_volumes_per_node: i64,
-    /// Total bytes for all volumes and snapshots; `None`: the filesystem's free space.
-    pub capacity: Option<u64>,
-    /// `--quota`: whether volume sizes are enforced by project quotas.
-    pub quota: quota::Mode,
-    /// Whether ControllerGetCapabilities lists GET_SNAPSHOT.
-    pub advertise_get_snapshot: bool,
-}
-
-/// A configuration the CSI spec does not allow.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error(transparent)]
-    DriverName(#[from] InvalidDriverName),
-    #[error("node ID {0:?} must be 1 to {MAX_NODE_ID} bytes")]
-    NodeId(String),
-    #[error("--max-volumes-per-node may not be negative")]
-    NegativeVolumeLimit,
-}
-
-impl Config {
-    pub fn new(driver_name: &str, node_id: &str, state_dir: impl Into<PathBuf>) -> Self {
-        Self {
-            driver_name: driver_name.to_owned(),
-            node_id: node_id.to_owned(),
-            state_dir: state_dir.into(),
-            max_volumes_per_node: 0,
-            capacity: None,
-            quota: quota::Mode::Auto,
-            advertise_get_snapshot: false,
-        }
-    }
-
-    /// Checks what the CSI spec constrains.
-    fn check(&self) -> Result<(), ConfigError> {
-        crate::csi_spec::driver_name::validate(&self.driver_name)?;
-        if self.node_id.is_empty() || self.node_id.len() > MAX_NODE_ID {
-            return Err(ConfigError::NodeId(self.node_id.clone()));
-        }
-        if self.max_volumes_per_node < 0 {
-            return Err(ConfigError::NegativeVolumeLimit);
-        }
-        Ok(())
     }
 }
 

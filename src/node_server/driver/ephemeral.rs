@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use crate::linux::mount::Mounter;
 use crate::node_server::driver::error::NodeError;
-use crate::node_server::driver::publish;
 use crate::node_server::state::capacity;
 use crate::node_server::state::volumes::{Record, VolumeError, Volumes};
 
@@ -53,7 +52,7 @@ pub fn remove(volumes: &Volumes, mounter: &dyn Mounter, id: &str) -> Result<(), 
             let table = mounter.mount_table()?;
             let dir = volumes.path_of(id);
             if dir.exists()
-                && let Some(at) = publish::first_user(&table, &dir).map_err(VolumeError::from)?
+                && let Some(at) = table.first_user(&dir).map_err(VolumeError::from)?
             {
                 log::debug!(
                     "ephemeral volume {id} stays: still published at {}",

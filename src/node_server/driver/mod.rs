@@ -15,8 +15,7 @@ pub(super) mod volumes;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::grpc::validate;
-use super::{Config, ConfigError};
+use super::config::{Config, ConfigError};
 use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
@@ -284,7 +283,7 @@ impl Driver {
         };
         // Checked on the request's paths already; resolved, a symlink could still nest them.
         if let Some(staging) = &staging
-            && validate::nested(&target, staging)
+            && crate::paths::nested(&target, staging)
         {
             return Err(NodeError::TargetNestedWithStaging {
                 target,
@@ -446,6 +445,6 @@ fn existing_path(value: &str) -> Result<PathBuf, NodeError> {
         field: "volume_path",
         value: value.to_owned(),
     };
-    let path = validate::normalise(value).map_err(|_| not_found())?;
+    let path = crate::paths::normalise(value).map_err(|_| not_found())?;
     std::fs::canonicalize(path).map_err(|_| not_found())
 }

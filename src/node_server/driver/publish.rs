@@ -253,16 +253,5 @@ pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
     }
 }
 
-/// The first place a directory is mounted on or from, if any: deleting it then would
-/// delete through a mount.
-pub fn first_user(table: &MountTable, dir: &Path) -> Result<Option<PathBuf>, Unlocatable> {
-    let source = table.locate(dir)?;
-    Ok(table
-        .mounts_from(&source)
-        .chain(table.mounts_under(dir))
-        .map(|e| e.mount_point.clone())
-        .next())
-}
-
 #[cfg(test)]
 mod tests;

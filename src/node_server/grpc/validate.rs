@@ -2,7 +2,7 @@
 //! handlers call these first, before looking anything up, so a malformed request is refused
 //! the same way whether or not the volume exists.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
 use tonic::Status;
 
@@ -11,9 +11,8 @@ use crate::proto::csi::{CapacityRange, VolumeCapability, volume_capability};
 
 pub use volume_capability::access_mode::Mode as AccessMode;
 
-/// The longest volume ID we accept: it becomes a file name (NAME_MAX), with room for the
-/// `.json` and temporary-file decorations of its metadata file.
-pub const MAX_VOLUME_ID: usize = 200;
+pub use crate::node_server::state::layout::{MAX_VOLUME_ID, volume_id_problem};
+pub use crate::paths::{nested, normalise};
 
 /// A required string field.
 pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
@@ -37,21 +36,6 @@ pub fn name(value: &str) -> Result<&str, Status> {
     }
 }
 
-/// Why a volume ID cannot name a directory: it must be one plain path component.
-pub fn volume_id_problem(id: &str) -> Option<&'static str> {
-    if id.is_empty() {
-        Some("is empty")
-    } else if id.len() > MAX_VOLUME_ID {
-        Some("is longer than 200 bytes")
-    } else if id.contains('/') || id.contains('\0') {
-        Some("contains a path separator or NUL")
-    } else if id == "." || id == ".." || id.starts_with('.') {
-        Some("begins with a dot")
-    } else {
-        None
-    }
-}
-
 /// A required volume ID that is safe to use as a directory name.
 pub fn volume_id(id: &str) -> Result<&str, Status> {
     required("volume_id", id)?;
@@ -61,38 +45,6 @@ pub fn volume_id(id: &str) -> Result<&str, Status> {
         ))),
         None => Ok(id),
     }
-}
-
-/// Normalises an absolute path (`//` and `.` dropped); refuses relative paths, `..`, NUL.
-pub fn normalise(value: &str) -> Result<PathBuf, &'static str> {
-    let path = Path::new(value);
-    if !path.is_absolute() {
-        return Err("must be an absolute path");
-    }
-    if value.contains('\0') {
-        return Err("contains NUL");
-    }
-    if value.len() > 4095 {
-        return Err("is longer than PATH_MAX");
-    }
-    let mut out = PathBuf::from("/");
-    for component in path.components() {
-        match component {
-            Component::Normal(part) => out.push(part),
-            Component::RootDir | Component::CurDir => {}
-            Component::ParentDir | Component::Prefix(_) => return Err("may not contain '..'"),
-        }
-    }
-    if out == Path::new("/") {
-        return Err("may not be the root directory");
-    }
-    Ok(out)
-}
-
-/// Whether one path is the other or inside it: a target so placed would mount onto (or
-/// under) the staging mount it binds from.
-pub fn nested(a: &Path, b: &Path) -> bool {
-    a.starts_with(b) || b.starts_with(a)
 }
 
 /// A required absolute path from a request.

@@ -174,6 +174,25 @@ impl RecordDir {
     }
 }
 
+/// The longest volume ID we accept: it becomes a file name (NAME_MAX), with room for the
+/// `.json` and temporary-file decorations of its metadata file.
+pub const MAX_VOLUME_ID: usize = 200;
+
+/// Why a volume ID cannot name a directory: it must be one plain path component.
+pub fn volume_id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("is empty")
+    } else if id.len() > MAX_VOLUME_ID {
+        Some("is longer than 200 bytes")
+    } else if id.contains('/') || id.contains('\0') {
+        Some("contains a path separator or NUL")
+    } else if id == "." || id == ".." || id.starts_with('.') {
+        Some("begins with a dot")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

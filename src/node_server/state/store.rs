@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::node_server::grpc::validate::volume_id_problem;
 use crate::node_server::state::attributes::Attributes;
 #[cfg(doc)]
 use crate::node_server::state::layout;
+use crate::node_server::state::layout::volume_id_problem;
 use crate::node_server::state::layout::{RecordDir, RecordName};
 
 /// What we remember about a volume.

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::linux::mountinfo::{MountTable, Unlocatable};
 use crate::linux::quota::QuotaError;
-use crate::node_server::driver::publish;
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::capacity;
 use crate::node_server::state::layout::StateDir;
@@ -374,7 +373,7 @@ impl Volumes {
             let entry = entry.map_err(io("list", data_dir))?;
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
-            if crate::node_server::grpc::validate::volume_id_problem(id).is_some()
+            if crate::node_server::state::layout::volume_id_problem(id).is_some()
                 || self.store.has_file(id)
             {
                 continue;
@@ -456,7 +455,7 @@ impl Volumes {
     pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), VolumeError> {
         let dir = self.path_of(id);
         if dir.exists() {
-            if let Some(at) = publish::first_user(table, &dir)? {
+            if let Some(at) = table.first_user(&dir)? {
                 return Err(VolumeError::InUse {
                     id: id.to_owned(),
                     at,

@@ -150,16 +150,16 @@ fn unmounting_removes_every_stacked_mount_of_the_volume() {
 fn a_directory_mounted_from_or_on_is_in_use() {
     let s = setup();
     let table = s.mounter.mount_table().unwrap();
-    assert_eq!(first_user(&table, &s.vol).unwrap(), None);
+    assert_eq!(table.first_user(&s.vol).unwrap(), None);
     stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
     let table = s.mounter.mount_table().unwrap();
-    assert_eq!(first_user(&table, &s.vol).unwrap(), Some(s.staging.clone()));
-    assert_eq!(first_user(&table, &s.other_vol).unwrap(), None);
+    assert_eq!(table.first_user(&s.vol).unwrap(), Some(s.staging.clone()));
+    assert_eq!(table.first_user(&s.other_vol).unwrap(), None);
     s.mounter
         .bind(&s.other_vol, &s.vol.join("sub"), rw())
         .unwrap();
     let table = s.mounter.mount_table().unwrap();
-    assert_eq!(first_user(&table, &s.vol).unwrap(), Some(s.staging.clone()));
+    assert_eq!(table.first_user(&s.vol).unwrap(), Some(s.staging.clone()));
 }
 
 #[test]

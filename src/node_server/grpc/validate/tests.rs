@@ -4,6 +4,7 @@ use super::*;
 use crate::proto::csi::volume_capability::{
     AccessMode as ModeMsg, AccessType, BlockVolume, MountVolume,
 };
+use std::path::Path;
 
 fn mount_cap(mode: AccessMode, flags: &[&str], group: &str) -> VolumeCapability {
     VolumeCapability {

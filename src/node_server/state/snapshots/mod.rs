@@ -9,6 +9,7 @@
 //! partial copies (temporary names), data without a record file, and the members of a group
 //! whose record is missing (a group cut or deleted only in part, never reported to anyone).
 
+mod error;
 pub mod records;
 mod take;
 
@@ -17,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::linux::copy;
-use crate::node_server::driver::error::SnapshotError;
-use crate::node_server::grpc::validate::volume_id_problem;
 use crate::node_server::state::layout::StateDir;
+use crate::node_server::state::layout::volume_id_problem;
 use crate::node_server::state::store::{self, Store};
 use crate::node_server::state::volumes::VolumeError;
+pub use error::SnapshotError;
 pub use records::{Group, Snapshot, Time};
 pub use take::{Cut, spread};
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use super::Snapshots;
 use super::records::{Time, now};
 use crate::linux::copy::{self, Options, Report, SkipReason};
-use crate::node_server::driver::error::SnapshotError;
+use crate::node_server::state::snapshots::SnapshotError;
 use crate::node_server::state::volumes::VolumeError;
 
 /// One snapshot's data, copied and durable under its ID, not yet recorded.
