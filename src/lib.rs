@@ -12,9 +12,10 @@
 //! - The modes: [`node_server`] (the CSI plugin), [`registrar`] (drop-in
 //!   node-driver-registrar), [`probe`] (livenessprobe, exec probes, the kubelet emulator, the
 //!   doctor), [`demo`]. Each has the same shape: `Args` (argh, declared with
-//!   [`mode_args!`] and typed values: a bad value is refused while parsing, exit 2) →
-//!   `Settings::from_args` (assembled; flags that exclude each other are a [`UsageError`], exit
-//!   2) → `run(settings)` (runtime and signals, at the edge). The servers among them
+//!   [`mode_args!`] and typed values: a bad value is refused while parsing, exit 2 — except
+//!   `probe kubelet`'s and `probe doctor`'s few, which keep their own wording and are checked
+//!   in `from_args`) → `Settings::from_args` (assembled; flags that exclude each other are a
+//!   [`UsageError`], exit 2) → `run(settings)` (runtime and signals, at the edge). The servers among them
 //!   (node-server, registrar, probe serve) also have `serve(listener…, …, shutdown)`, which
 //!   tests call in-process with their own listeners.
 //! - [`cli`] — what every mode's command line shares: dispatch over the table of modes, Go-style

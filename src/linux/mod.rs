@@ -1,4 +1,4 @@
-//! The Linux layer under node-server, the demo and the doctor: mounts, the mount table,
+//! The Linux layer under node-server and the demo: mounts, the mount table,
 //! project quotas, loop devices and the tree copy engine, by syscalls and ioctls alone (the
 //! image is `FROM scratch`: no `mount`, `losetup`, `xfs_quota` or `cp`). Nothing here knows
 //! about CSI; errors name the operation and the path.

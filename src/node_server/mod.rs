@@ -96,7 +96,8 @@ crate::mode_args! {
     }
 }
 
-/// The command line, validated: where to listen, and the plugin's configuration.
+/// The command line, assembled (argh refused bad values while parsing): where to listen, and
+/// the plugin's configuration, checked against the CSI spec.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub endpoint: PathBuf,

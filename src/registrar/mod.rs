@@ -101,7 +101,8 @@ impl FlagValue for Mode {
 
 values::flag_value!(Mode);
 
-/// The command line, validated.
+/// The command line, assembled (argh refused bad values while parsing; the flags that need
+/// each other are checked here).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub csi_address: PathBuf,

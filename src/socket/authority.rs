@@ -4,7 +4,8 @@
 //! (`/var/lib/kubelet/plugins_registry/x-reg.sock`) as the HTTP/2 `:authority`. h2, under
 //! tonic, resets such a stream with PROTOCOL_ERROR and has no option to allow it (the change
 //! that would, hyperium/h2 pull request #487 "Do not require authority for UNIX domain
-//! sockets", has been open since 2020; hyperium/hyper#3750 asks the same for hyper), so
+//! sockets", has been open since 2020; hyperium/hyper#3750 asked the same of hyper and was
+//! closed without a change), so
 //! [`AnyAuthority`] sits between the accepted socket and tonic and rewrites an authority that is
 //! not a valid one to `localhost` in the client's header blocks. Nothing else changes: every
 //! other frame, and every header block of a client that sends a valid authority (tonic,
@@ -19,7 +20,7 @@
 //! the protocol error itself.
 //!
 //! When h2 accepts a path as `:authority` on its own (h2#487 merged, or an option for it),
-//! this adapter can go: the tests that send a path (`tests/grpc_any_authority.rs`, Python grpcio)
+//! this adapter can go: the tests that send a path (`tests/transport/grpc_any_authority.rs`, Python grpcio)
 //! then pass with `socket::grpc_incoming` yielding the plain stream.
 
 use std::io;

@@ -1,6 +1,6 @@
 //! [`LoopDevices`]: the loop-device calls node-server's block volumes make, behind a trait as
 //! [`Mounter`](crate::linux::mount::Mounter) is for mounts. [`KernelLoops`] is the real thing
-//! (the ioctls of this module); [`fake::RecordingLoops`] keeps devices in memory and records the
+//! (the ioctls of this module); `fake::RecordingLoops` (in unit tests) keeps devices in memory and records the
 //! calls, so that the staging, publishing and unstaging logic above it is unit-tested without
 //! root or `/dev/loop-control`. The real calls are tested on real loop devices.
 

@@ -1,6 +1,6 @@
 //! [`ProjectQuotas`]: what node-server asks of one filesystem's project quotas, behind a trait
 //! as [`Mounter`](crate::linux::mount::Mounter) is for mounts. [`QuotaFs`] is the real thing
-//! (quotactl and the FS_IOC_FSSETXATTR ioctl); [`fake::RecordingQuotas`] records the calls so
+//! (quotactl and the FS_IOC_FSSETXATTR ioctl); `fake::RecordingQuotas` (in unit tests) records the calls so
 //! that the volume logic above it (adopting recorded projects at start-up, allocating around
 //! IDs in use, releasing, reporting a volume's hold) is unit-tested on any machine. The build
 //! machines' own kernel has no XFS or ext4 quota support: the real calls are tested in a VM.

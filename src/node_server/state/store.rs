@@ -215,7 +215,7 @@ impl<R: Persisted> Store<R> {
     /// be read is logged (once, with its path and why) and skipped, never deleted.
     pub fn open(records_dir: RecordDir) -> Result<(Self, Vec<R>), StoreError> {
         Self::open_reporting(records_dir, |path, why| {
-            log::warn!(
+            log::error!(
                 "skipping unreadable {} record {} (left in place): {why}",
                 R::KIND,
                 path.display()

@@ -6,7 +6,7 @@
 //!
 //! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations).
 //! - [`scan`] — `plugins_registry` and `plugins/` listed without touching them.
-//! - [`chain`] — one registration socket: GetInfo, versions, endpoint; [`driver`] — the driver.
+//! - [`chain`] — one registration socket: GetInfo, versions, endpoint; [`driver_facts`] — the driver.
 //! - [`node`] — checks across plugins: duplicates, leftovers, unannounced driver sockets.
 //! - [`rpc`] — every dial and call, each under `--timeout`; [`access`] — a non-root kubelet's
 //!   permissions.

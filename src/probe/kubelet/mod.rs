@@ -5,7 +5,7 @@
 //! - [`watcher`] — inotify on the registry, recursively; the walk at start.
 //! - [`state`] — desired and actual state, operations in flight, what was written.
 //! - [`reconciler`] — the 1 s loop: deregister, then register, one operation per socket path.
-//! - [`register`] — one registration: GetInfo, validation, NodeGetInfo, notify.
+//! - [`handshake`] — one registration: GetInfo, validation, NodeGetInfo, notify.
 //! - [`validate`] — CSI version rules with the kubelet's error texts.
 //! - [`csinode`] — the Node annotation, topology labels and the CSINode object.
 //! - [`backoff`] — 500 ms doubling to 2 m 2 s, per socket path.

@@ -23,8 +23,8 @@
 //! server; all of them in order on one server (v5.4's, then v5.5's on another), which must
 //! leave no mount, directory, volume or snapshot behind; v5.4's again in block mode
 //! (`--csi.testvolumeaccesstype=block`, the parameters file holding `directIO: "false"`),
-//! every volume a sparse file on a real loop device and none left attached; and the README's
-//! command (`--csi.testvolumesize=1048576`) against the real binary with its default
+//! every volume a sparse file on a real loop device and none left attached; and the command
+//! docs/node-server.md gives (`--csi.testvolumesize=1048576`) against the real binary with its default
 //! capacity, then restarted with `--advertise-get-snapshot` for v5.5's. What mounts needs root:
 //! real bind mounts in a private mount namespace.
 
