@@ -20,7 +20,7 @@
 //!   engine.
 
 pub mod config;
-pub mod driver;
+pub(crate) mod driver;
 pub mod grpc;
 pub mod state;
 

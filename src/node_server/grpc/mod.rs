@@ -8,10 +8,10 @@
 //! - [`field_limits`] — the CSI spec's size limits on every field, checked before anything is
 //!   looked up, and the bound on a whole request.
 
-pub mod controller;
-pub mod controller_snapshots;
+pub(crate) mod controller;
+pub(crate) mod controller_snapshots;
 pub mod field_limits;
-pub mod group_controller;
+pub(crate) mod group_controller;
 pub mod identity;
-pub mod node;
+pub(crate) mod node;
 pub mod validate;

@@ -17,8 +17,8 @@ pub mod attributes;
 pub mod capacity;
 pub mod layout;
 pub mod snapshots;
-pub mod sources;
-pub mod store;
+pub(crate) mod sources;
+pub(crate) mod store;
 pub mod volume_quota;
 pub mod volumes;
 
