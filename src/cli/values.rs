@@ -176,10 +176,6 @@ impl FlagValue for PositiveDuration {
 pub struct HttpEndpoint(String);
 
 impl HttpEndpoint {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     pub fn into_string(self) -> String {
         self.0
     }
@@ -278,10 +274,6 @@ pub struct OrEmpty<T>(Option<T>);
 impl<T> OrEmpty<T> {
     pub fn into_option(self) -> Option<T> {
         self.0
-    }
-
-    pub fn is_set(&self) -> bool {
-        self.0.is_some()
     }
 }
 

@@ -325,7 +325,7 @@ fn a_refused_typed_value_is_worded_from_the_command_line_not_argh() {
         assert_eq!(stop, ParseStop::Usage((*expected).into()), "{input:?}");
     }
     let parsed: Typed = parse_mode_args("t", &argv(&["--http-endpoint=", "-v=2"])).unwrap();
-    assert!(!parsed.http_endpoint.is_set());
+    assert!(parsed.http_endpoint.into_option().is_none());
     assert_eq!(
         parsed.csi_address.path(),
         std::path::Path::new("/run/csi/socket")

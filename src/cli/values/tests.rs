@@ -44,7 +44,7 @@ fn positive_durations_refuse_zero_shown_as_go_prints_it() {
 
 #[test]
 fn http_values_are_checked_as_the_servers_need_them() {
-    assert_eq!(HttpEndpoint::parse(":9808").unwrap().as_str(), ":9808");
+    assert_eq!(HttpEndpoint::parse(":9808").unwrap().into_string(), ":9808");
     assert_eq!(
         why::<HttpEndpoint>(":0"),
         "port 0 would pick a random port no probe can find"
@@ -79,7 +79,12 @@ fn paths_sizes_and_empty_values() {
         "invalid size \"10 parsecs\": expected bytes such as 10Gi, 500M or 1073741824"
     );
     assert_eq!(OrEmpty::<HttpEndpoint>::parse(""), Ok(OrEmpty(None)));
-    assert!(OrEmpty::<HttpEndpoint>::parse(":1").unwrap().is_set());
+    assert!(
+        OrEmpty::<HttpEndpoint>::parse(":1")
+            .unwrap()
+            .into_option()
+            .is_some()
+    );
     assert_eq!(
         OrEmpty::<HttpEndpoint>::parse("banana").unwrap_err().why(),
         "expected host:port or :port"
