@@ -10,9 +10,12 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`resolve`] — request paths resolved following only links root placed, and mount points
+//!   made or removed through a parent opened without following any.
 
 pub mod copy;
 pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
 pub mod quota;
+pub mod resolve;

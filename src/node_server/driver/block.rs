@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::linux::loopdev::{self, AttachOptions, Found, Status};
 use crate::linux::mountinfo::MountTable;
+use crate::linux::resolve;
 use crate::node_server::driver::error::NodeError;
-use crate::node_server::driver::publish::PublishError;
+use crate::node_server::driver::publish::{PublishError, Published};
 use crate::node_server::driver::{Driver, Stats};
 #[cfg(doc)]
 use crate::node_server::state::layout::StateDir;
@@ -64,15 +65,11 @@ fn targets(table: &MountTable, found: &Found) -> Vec<(PathBuf, Status)> {
     seen
 }
 
-/// Creates the target file publish binds onto (never its parent: that is the CO's).
-/// `Ok(true)`: created now.
+/// Creates the target file publish binds onto (never its parent: that is the CO's), through
+/// its parent opened without following links. `Ok(true)`: created now.
 fn make_target_file(path: &Path) -> Result<bool, PublishError> {
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-    {
-        Ok(_) => Ok(true),
+    match resolve::make_file(path) {
+        Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             match std::fs::symlink_metadata(path) {
                 Ok(meta) if meta.file_type().is_file() => Ok(false),
@@ -92,7 +89,7 @@ fn make_target_file(path: &Path) -> Result<bool, PublishError> {
 /// Removes a target file publish created: only an empty regular file, never a symlink.
 fn remove_target_file(path: &Path) -> Result<(), PublishError> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_file() && meta.len() == 0 => std::fs::remove_file(path)
+        Ok(meta) if meta.file_type().is_file() && meta.len() == 0 => resolve::remove(path, false)
             .or_else(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => Ok(()),
                 _ => Err(e),
@@ -103,7 +100,6 @@ fn remove_target_file(path: &Path) -> Result<(), PublishError> {
                 path: path.to_owned(),
                 source,
             }),
-        Ok(meta) if meta.is_dir() => crate::node_server::driver::publish::remove_mount_point(path),
         Ok(_) => {
             log::warn!(
                 "leaving {} in place: not the file publish made",
@@ -159,7 +155,7 @@ impl Driver {
     }
 
     /// NodePublishVolume: the staged device (or, read-only, a read-only device of its own)
-    /// bind-mounted onto the target file, which is created. Returns whether anything was done.
+    /// bind-mounted onto the target file, which is created if it is not there.
     pub(in crate::node_server) fn publish_block(
         &self,
         record: &Record,
@@ -167,7 +163,7 @@ impl Driver {
         target: &Path,
         readonly: bool,
         exclusive: bool,
-    ) -> Result<bool, NodeError> {
+    ) -> Result<Published, NodeError> {
         let image = self.image_of(&record.id);
         let found = self.found(record)?;
         let Some(staged) = found.ours.iter().find(|s| !s.read_only).cloned() else {
@@ -181,7 +177,7 @@ impl Driver {
         if let Some((_, status)) = published.iter().find(|(at, _)| at == target) {
             let ro_mount = table.mounted_at(target).is_some_and(|e| e.is_readonly());
             if status.read_only == readonly && ro_mount == readonly {
-                return Ok(false);
+                return Ok(Published::Already);
             }
             return Err(PublishError::OtherOptions {
                 field: "target_path",
@@ -217,15 +213,17 @@ impl Driver {
             }
             return Err(PublishError::Mount(e).into());
         }
-        Ok(true)
+        Ok(Published::Mounted { created })
     }
 
     /// NodeUnpublishVolume: every mount of the volume's devices stacked at the target undone,
-    /// the target file removed, and a read-only device no other target holds detached.
+    /// the target file removed if publish `created` it, and a read-only device no other target
+    /// holds detached.
     pub(in crate::node_server) fn unpublish_block(
         &self,
         record: &Record,
         target: &Path,
+        created: bool,
     ) -> Result<(), NodeError> {
         let found = self.found(record)?;
         let mut unmounted = None;
@@ -240,7 +238,9 @@ impl Driver {
             self.mounter.unmount(target)?;
             unmounted = Some(status);
         }
-        remove_target_file(target)?;
+        if created {
+            remove_target_file(target)?;
+        }
         let Some(status) = unmounted else {
             return Ok(());
         };

@@ -40,6 +40,29 @@ pub enum NodeError {
         staging.display()
     )]
     TargetNestedWithStaging { target: PathBuf, staging: PathBuf },
+    /// A staging path given to a call that takes a target, or the other way round.
+    #[error(
+        "{field} {} is the {is} of volume {id}: that path belongs to the other call",
+        path.display()
+    )]
+    OtherCallsPath {
+        field: &'static str,
+        path: PathBuf,
+        is: &'static str,
+        id: String,
+    },
+    /// A mount point inside a mount of one of our volumes: it would be made in that
+    /// volume's data.
+    #[error(
+        "{field} {} lies inside {}, a mount of a volume of this driver",
+        path.display(),
+        mount.display()
+    )]
+    InsideVolume {
+        field: &'static str,
+        path: PathBuf,
+        mount: PathBuf,
+    },
     #[error("the parent directory of {field} does not exist")]
     MissingParent { field: &'static str },
     /// A stats or expand path that is not there: the volume is not there, as the spec words it.

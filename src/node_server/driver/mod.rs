@@ -23,9 +23,10 @@ use crate::node_server::state::layout::{StateDir, StateDirError};
 use crate::node_server::state::snapshots::Snapshots;
 use crate::node_server::state::sources::Sources;
 use crate::node_server::state::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
+use crate::node_server::state::volumes::roles::Role;
 use crate::node_server::state::volumes::{ContentSource, Record, VolumeError, Volumes};
 use crate::proto::csi::{Topology, Volume, VolumeContentSource, volume_content_source};
-use publish::Publication;
+use publish::{Publication, Published};
 
 /// State shared by the Node, Controller and Identity services.
 pub struct Driver {
@@ -212,6 +213,47 @@ impl Driver {
             .ok_or(NodeError::MissingParent { field })
     }
 
+    /// Refuses a path that another call owns: a staging path where a target is expected (or
+    /// the other way round), by any volume's record.
+    fn not_the_other_calls(&self, role: Role, path: &Path) -> Result<(), NodeError> {
+        let other = match role {
+            Role::Staging => Role::Target,
+            Role::Target => Role::Staging,
+        };
+        match self.volumes.using(path, other) {
+            Some(id) => Err(NodeError::OtherCallsPath {
+                field: role.field(),
+                path: path.to_owned(),
+                is: other.field(),
+                id,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a mount point whose parent lies in a mount of one of our volumes (a staging or
+    /// target mount of any volume): making it would write into that volume's data.
+    fn not_inside_a_volume(&self, field: &'static str, path: &Path) -> Result<(), NodeError> {
+        let table = self.mounter.mount_table()?;
+        let data = (table.locate(self.state_dir.volume_data())).map_err(VolumeError::from)?;
+        let Some(entry) = path.parent().and_then(|p| table.containing(p)) else {
+            return Ok(());
+        };
+        if entry.dev == data.dev
+            && entry
+                .root
+                .as_ref()
+                .is_some_and(|r| r.starts_with(&data.path))
+        {
+            return Err(NodeError::InsideVolume {
+                field,
+                path: path.to_owned(),
+                mount: entry.mount_point.clone(),
+            });
+        }
+        Ok(())
+    }
+
     // ---- Node service ----
 
     pub fn stage(
@@ -223,10 +265,14 @@ impl Driver {
         block: bool,
     ) -> Result<(), NodeError> {
         let record = self.volumes.known(id)?;
-        let staging = self.existing_mount_point("staging_target_path", staging)?;
+        let field = "staging_target_path";
+        let staging = self.existing_mount_point(field, staging)?;
         access(&record, block)?;
+        self.not_the_other_calls(Role::Staging, &staging)?;
+        self.not_inside_a_volume(field, &staging)?;
         if record.block {
-            return self.stage_block(&record);
+            self.stage_block(&record)?;
+            return Ok(self.volumes.note_staged(id, &staging)?);
         }
         if let Some(gid) = group {
             self.volumes.set_group(id, gid)?;
@@ -235,7 +281,7 @@ impl Driver {
         if publish::stage(&*self.mounter, &dir, &staging, options)? {
             log::debug!("staged volume {id} at {}", staging.display());
         }
-        Ok(())
+        Ok(self.volumes.note_staged(id, &staging)?)
     }
 
     pub fn unstage(&self, id: &str, staging: &Path) -> Result<(), NodeError> {
@@ -243,17 +289,19 @@ impl Driver {
         let Some(staging) = self.mount_point(field, staging)? else {
             return Ok(());
         };
+        self.not_the_other_calls(Role::Staging, &staging)?;
         let Some(record) = self.volumes.get(id) else {
-            return self.unknown_volume_at(id, field, &staging, false);
+            return self.unknown_volume_at(id, field, &staging);
         };
         if record.block {
-            return self.unstage_block(&record);
+            self.unstage_block(&record)?;
+            return Ok(self.volumes.forget_staged(id, &staging)?);
         }
         let dir = self.volumes.path_of(id);
         if publish::unmount_volume(&*self.mounter, field, &staging, &dir)? {
             log::debug!("unstaged volume {id} from {}", staging.display());
         }
-        Ok(())
+        Ok(self.volumes.forget_staged(id, &staging)?)
     }
 
     pub fn publish(&self, req: &PublishRequest) -> Result<(), NodeError> {
@@ -290,20 +338,40 @@ impl Driver {
                 staging: staging.clone(),
             });
         }
-        if let Some(record) = record.as_ref().filter(|r| r.block) {
-            let options = &req.options;
-            let done = self.publish_block(
+        self.not_the_other_calls(Role::Target, &target)?;
+        if let Some(staging) = &staging {
+            self.not_the_other_calls(Role::Staging, staging)?;
+        }
+        self.not_inside_a_volume("target_path", &target)?;
+        let published = match record.as_ref().filter(|r| r.block) {
+            Some(record) => self.publish_block(
                 record,
                 staging.as_deref(),
                 &target,
-                options.readonly,
+                req.options.readonly,
                 req.exclusive,
-            )?;
-            if done {
-                log::debug!("published block volume {id} at {}", target.display());
-            }
-            return Ok(());
+            )?,
+            None => self.publish_directory(req, &target, staging.as_deref())?,
+        };
+        if published != Published::Already {
+            log::debug!("published volume {id} at {}", target.display());
         }
+        // A volume staged by a version that did not record it gets its staging path now.
+        if let Some(staging) = &staging {
+            self.volumes.note_staged(id, staging)?;
+        }
+        let created = matches!(published, Published::Mounted { created: true });
+        Ok(self.volumes.note_target(id, &target, created)?)
+    }
+
+    /// A filesystem (or ephemeral) volume's publish: its directory bound on the target.
+    fn publish_directory(
+        &self,
+        req: &PublishRequest,
+        target: &Path,
+        staging: Option<&Path>,
+    ) -> Result<Published, NodeError> {
+        let id = &req.id;
         let created = match &req.ephemeral {
             Some(context) => ephemeral::open(&self.volumes, id, context)?.1,
             None => false,
@@ -311,8 +379,8 @@ impl Driver {
         let dir = self.volumes.path_of(id);
         let publication = Publication {
             dir: &dir,
-            staging: staging.as_deref(),
-            target: &target,
+            staging,
+            target,
             options: req.options,
             exclusive: req.exclusive,
         };
@@ -321,48 +389,49 @@ impl Driver {
             .map_or(Ok(()), |gid| self.volumes.set_group(id, gid))
             .map_err(NodeError::from)
             .and_then(|()| Ok(publish::publish(&*self.mounter, &publication)?));
-        match result {
-            Ok(true) => log::debug!("published volume {id} at {}", target.display()),
-            Ok(false) => {}
-            Err(e) => {
-                if created {
-                    // Do not leave behind an ephemeral volume nobody will unpublish.
-                    ephemeral::remove(&self.volumes, &*self.mounter, id)?;
-                }
-                return Err(e);
-            }
+        if result.is_err() && created {
+            // Do not leave behind an ephemeral volume nobody will unpublish.
+            ephemeral::remove(&self.volumes, &*self.mounter, id)?;
         }
-        Ok(())
+        result
     }
 
+    /// NodeUnpublishVolume: the volume's mounts at the target undone, and the mount point
+    /// removed only if publish made it for this volume; a staging path is refused untouched.
     pub fn unpublish(&self, id: &str, target: &Path) -> Result<(), NodeError> {
         let field = "target_path";
         let Some(target) = self.mount_point(field, target)? else {
             // No parent, so nothing can be mounted there; an ephemeral volume still goes.
             return ephemeral::remove(&self.volumes, &*self.mounter, id);
         };
+        self.not_the_other_calls(Role::Target, &target)?;
         let Some(record) = self.volumes.get(id) else {
-            return self.unknown_volume_at(id, field, &target, true);
+            return self.unknown_volume_at(id, field, &target);
         };
+        let created = (record.targets.iter()).any(|t| t.path == target && t.created);
         if record.block {
-            return self.unpublish_block(&record, &target);
+            self.unpublish_block(&record, &target, created)?;
+        } else {
+            let dir = self.volumes.path_of(id);
+            if publish::unmount_volume(&*self.mounter, field, &target, &dir)? {
+                log::debug!("unpublished volume {id} from {}", target.display());
+            }
+            if created {
+                publish::remove_mount_point(&target)?;
+            }
         }
-        let dir = self.volumes.path_of(id);
-        if publish::unmount_volume(&*self.mounter, field, &target, &dir)? {
-            log::debug!("unpublished volume {id} from {}", target.display());
-        }
-        publish::remove_mount_point(&target)?;
+        self.volumes.forget_target(id, &target)?;
         ephemeral::remove(&self.volumes, &*self.mounter, id)
     }
 
     /// An unpublish or unstage for a volume we do not know: done already if nothing is
-    /// mounted there (a retry after success, say), refused if something is.
+    /// mounted there (a retry after success, say), refused if something is. Nothing there is
+    /// removed: this driver made no mount point for a volume it does not know.
     fn unknown_volume_at(
         &self,
         id: &str,
         field: &'static str,
         path: &Path,
-        remove: bool,
     ) -> Result<(), NodeError> {
         if self.mounter.mount_table()?.mounted_at(path).is_some() {
             return Err(NodeError::UnknownButMounted {
@@ -370,9 +439,6 @@ impl Driver {
                 field,
                 path: path.to_owned(),
             });
-        }
-        if remove {
-            publish::remove_mount_point(path)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::linux::mount::{MountError, MountOptions, Mounter};
 use crate::linux::mountinfo::{MountTable, Source, Unlocatable};
+use crate::linux::resolve::{self as linux_resolve, ResolveError};
 
 /// Why a mount point or a mount cannot be what a request asks; each names the request field
 /// and the path.
@@ -54,6 +55,14 @@ pub enum PublishError {
         path.display()
     )]
     ForeignMount { field: &'static str, path: PathBuf },
+    /// A symlink on the way that root did not place, or a loop of them.
+    #[error("{field} {}: {source}", path.display())]
+    Resolve {
+        field: &'static str,
+        path: PathBuf,
+        #[source]
+        source: ResolveError,
+    },
     #[error(transparent)]
     Unlocatable(#[from] Unlocatable),
     #[error("{op} {field} {}: {source}", path.display())]
@@ -68,24 +77,23 @@ pub enum PublishError {
     Mount(#[from] MountError),
 }
 
-/// Resolves a request path the way the kernel will see it: symlinks in the parent are
-/// followed (mount points in mountinfo are canonical), a symlink as the last component is
-/// refused (a mount there would land wherever it points). `Ok(None)`: the parent is missing.
+/// Resolves a request path the way the kernel will see it, without following a symlink out of
+/// place: symlinks in the parent are followed only where root placed them (see
+/// [`resolve`](crate::linux::resolve); mount points in mountinfo are canonical), a symlink as
+/// the last component is refused (a mount there would land wherever it points).
+/// `Ok(None)`: the parent is missing.
 pub fn resolve(field: &'static str, path: &Path) -> Result<Option<PathBuf>, PublishError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(PublishError::NoParent { field });
     };
-    let parent = match std::fs::canonicalize(parent) {
-        Ok(parent) => parent,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(PublishError::Io {
-                op: "resolve",
-                field,
-                path: path.to_owned(),
-                source,
-            });
-        }
+    let Some(parent) =
+        linux_resolve::canonical(parent).map_err(|source| PublishError::Resolve {
+            field,
+            path: path.to_owned(),
+            source,
+        })?
+    else {
+        return Ok(None);
     };
     let resolved = parent.join(name);
     match std::fs::symlink_metadata(&resolved) {
@@ -97,12 +105,13 @@ pub fn resolve(field: &'static str, path: &Path) -> Result<Option<PathBuf>, Publ
     }
 }
 
-/// Creates the mount point itself (never its parents: those are the CO's).
-fn make_mount_point(field: &'static str, path: &Path) -> Result<(), PublishError> {
-    match std::fs::create_dir(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => Ok(()),
+/// Creates the mount point itself (never its parents: those are the CO's), through its parent
+/// opened without following links. `Ok(true)`: created now.
+fn make_mount_point(field: &'static str, path: &Path) -> Result<bool, PublishError> {
+    match linux_resolve::make_dir(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => Ok(false),
             _ => Err(PublishError::NotADirectory {
                 field,
                 path: path.to_owned(),
@@ -170,12 +179,21 @@ pub struct Publication<'a> {
     pub exclusive: bool,
 }
 
-/// Binds the staged volume on the target. Returns whether anything was done.
-pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<bool, PublishError> {
+/// What a publish did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The volume was there already, as asked.
+    Already,
+    /// Mounted now; `created`: publish made the mount point too.
+    Mounted { created: bool },
+}
+
+/// Binds the staged volume on the target.
+pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, PublishError> {
     let table = mounter.mount_table()?;
     let source = table.locate(p.dir)?;
     if already_there(&table, "target_path", p.target, &source, &p.options)? {
-        return Ok(false);
+        return Ok(Published::Already);
     }
     if let Some(staging) = p.staging
         && !table.mounted_at(staging).is_some_and(|e| e.shows(&source))
@@ -193,9 +211,14 @@ pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<bool, PublishEr
             at: other.mount_point.clone(),
         });
     }
-    make_mount_point("target_path", p.target)?;
-    mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options)?;
-    Ok(true)
+    let created = make_mount_point("target_path", p.target)?;
+    if let Err(e) = mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options) {
+        if created {
+            let _ = remove_mount_point(p.target);
+        }
+        return Err(e.into());
+    }
+    Ok(Published::Mounted { created })
 }
 
 /// Unmounts every mount of this volume stacked at `path`; refuses to touch a mount that is
@@ -229,10 +252,11 @@ pub fn unmount_volume(
     Ok(unmounted)
 }
 
-/// Removes the target directory publish created: only if empty, never following a symlink.
-/// Leftover content means someone wrote into the bare mount point; it is kept and reported.
+/// Removes the target directory publish created: only if empty, never following a symlink
+/// (its parent is opened without following any). Leftover content means someone wrote into
+/// the bare mount point; it is kept and reported.
 pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
-    match std::fs::remove_dir(path) {
+    match linux_resolve::remove(path, true) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
         Err(e)

@@ -8,6 +8,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::linux::loopdev::LoopError as L;
 use crate::linux::quota::QuotaError;
+use crate::linux::resolve::ResolveError;
 use crate::node_server::driver::ephemeral::is_ephemeral;
 use crate::node_server::driver::error::NodeError;
 use crate::node_server::driver::publish::PublishError as P;
@@ -36,6 +37,8 @@ fn status(error: NodeError) -> Status {
     let code = match &error {
         E::OverlapsState { .. }
         | E::TargetNestedWithStaging { .. }
+        | E::OtherCallsPath { .. }
+        | E::InsideVolume { .. }
         | E::Publish(P::NoParent { .. })
         | E::EphemeralSize(_) => Code::InvalidArgument,
         // "Exceeds capabilities": a block capability for a directory, or the other way round.
@@ -60,6 +63,10 @@ fn status(error: NodeError) -> Status {
         | E::Volume(V::InUse { .. })
         | E::Publish(
             P::Symlink { .. }
+            | P::Resolve {
+                source: ResolveError::UntrustedLink(_) | ResolveError::TooManyLinks(_),
+                ..
+            }
             | P::NotADirectory { .. }
             | P::NotAFile { .. }
             | P::CreateMountPoint { .. }
@@ -75,7 +82,15 @@ fn status(error: NodeError) -> Status {
         }
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
         E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
-        | E::Publish(P::Unlocatable(_) | P::Io { .. } | P::Mount(_))
+        | E::Publish(
+            P::Unlocatable(_)
+            | P::Io { .. }
+            | P::Mount(_)
+            | P::Resolve {
+                source: ResolveError::Io { .. },
+                ..
+            },
+        )
         | E::Stats { .. }
         | E::Mount(_)
         | E::Worker(_) => Code::Internal,

@@ -3,7 +3,9 @@
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
 //! each file is either the old or the new record, never a torn one.
 //!
-//! Mount state is not stored here: the kernel's mount table is its only truth.
+//! Whether something is mounted is not stored here: the kernel's mount table is its only
+//! truth. What a record keeps is what the table cannot say: which path each call used, and
+//! which mount points this driver made.
 
 use std::io::Write;
 use std::marker::PhantomData;
@@ -59,6 +61,22 @@ pub struct Record {
         with = "access_type"
     )]
     pub block: bool,
+    /// Where NodeStageVolume staged it (resolved paths): a NodeUnpublishVolume there is
+    /// refused. Absent in records from before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub staged_at: Vec<PathBuf>,
+    /// Where NodePublishVolume published it: a NodeUnstageVolume there is refused, and
+    /// NodeUnpublishVolume removes only a mount point publish made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<Target>,
+}
+
+/// A target a volume was published at, and whether publish made the mount point (the
+/// directory, or a block volume's file) there: the mount table cannot tell either.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub path: PathBuf,
+    pub created: bool,
 }
 
 /// A record's `access_type`: `"block"` for a raw block volume (or its snapshot), written only

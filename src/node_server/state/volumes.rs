@@ -492,5 +492,6 @@ impl Volumes {
     }
 }
 
+pub mod roles;
 #[cfg(test)]
 mod tests;

@@ -137,7 +137,7 @@ fn a_read_only_publish_binds_a_read_only_device_of_its_own_onto_a_new_target_fil
     let published = (node.driver)
         .publish_block(&record, None, &target, true, false)
         .unwrap();
-    assert!(published);
+    assert_eq!(published, Published::Mounted { created: true });
     assert_eq!(devices(&node), [(0, false), (1, true)]);
     assert!(target.is_file(), "the target file was made");
     assert_eq!(

@@ -88,8 +88,10 @@ fn publishing_before_staging_is_a_failed_precondition_and_mounts_nothing() {
 fn publishing_again_with_the_same_arguments_is_a_no_op() {
     let s = setup();
     stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
-    assert!(publish(&s.mounter, &s.publication(ro())).unwrap());
-    assert!(!publish(&s.mounter, &s.publication(ro())).unwrap());
+    let first = publish(&s.mounter, &s.publication(ro())).unwrap();
+    assert_eq!(first, Published::Mounted { created: true });
+    let again = publish(&s.mounter, &s.publication(ro())).unwrap();
+    assert_eq!(again, Published::Already);
     assert_eq!(s.binds(), 2);
     assert!(s.target.is_dir(), "publish creates the target directory");
 }
@@ -123,7 +125,8 @@ fn a_single_writer_volume_is_not_published_at_a_second_target() {
         target: &second,
         ..s.publication(rw())
     };
-    assert!(publish(&s.mounter, &shared).unwrap());
+    let published = publish(&s.mounter, &shared).unwrap();
+    assert_eq!(published, Published::Mounted { created: true });
 }
 
 #[test]

@@ -1,0 +1,85 @@
+//! Which call each path of a volume belongs to: the staging paths NodeStageVolume used and the
+//! targets NodePublishVolume used (with whether it made the mount point), kept in the volume's
+//! record, so one call cannot act on the other's path and unpublish removes only what it made.
+
+use std::path::{Path, PathBuf};
+
+use crate::node_server::state::store::{Record, Target};
+use crate::node_server::state::volumes::{VolumeError, Volumes};
+
+/// What a path is to a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Staging,
+    Target,
+}
+
+impl Role {
+    /// The request field that names a path in this role.
+    pub fn field(self) -> &'static str {
+        match self {
+            Role::Staging => "staging_target_path",
+            Role::Target => "target_path",
+        }
+    }
+}
+
+impl Volumes {
+    /// The volume (its ID) that uses `path` in `role`, if one does.
+    pub fn using(&self, path: &Path, role: Role) -> Option<String> {
+        let inner = self.inner();
+        let mut records = inner.records.values();
+        let found = match role {
+            Role::Staging => records.find(|r| r.staged_at.iter().any(|p| p == path)),
+            Role::Target => records.find(|r| r.targets.iter().any(|t| t.path == path)),
+        };
+        found.map(|r| r.id.clone())
+    }
+
+    /// Changes a volume's record with `change` and saves it, if it changed anything.
+    fn amend(&self, id: &str, change: impl FnOnce(&mut Record)) -> Result<(), VolumeError> {
+        let Some(mut record) = self.get(id) else {
+            return Ok(());
+        };
+        let before = record.clone();
+        change(&mut record);
+        if record != before {
+            self.store.save(&record)?;
+            self.inner().records.insert(id.to_owned(), record);
+        }
+        Ok(())
+    }
+
+    /// Remembers that the volume is staged at `path`.
+    pub fn note_staged(&self, id: &str, path: &Path) -> Result<(), VolumeError> {
+        self.amend(id, |r| {
+            if !r.staged_at.iter().any(|p| p == path) {
+                r.staged_at.push(path.to_owned());
+            }
+        })
+    }
+
+    /// Forgets the staging path `path`.
+    pub fn forget_staged(&self, id: &str, path: &Path) -> Result<(), VolumeError> {
+        self.amend(id, |r| r.staged_at.retain(|p| p != path))
+    }
+
+    /// Remembers that the volume is published at `path`, and whether publish made the mount
+    /// point (a mount point it made once stays made by it).
+    pub fn note_target(&self, id: &str, path: &Path, created: bool) -> Result<(), VolumeError> {
+        self.amend(id, |r| {
+            match r.targets.iter_mut().find(|t| t.path == path) {
+                Some(target) => target.created |= created,
+                None => r.targets.push(Target {
+                    path: PathBuf::from(path),
+                    created,
+                }),
+            }
+        })
+    }
+
+    /// Forgets the target `path`.
+    pub fn forget_target(&self, id: &str, path: &Path) -> Result<(), VolumeError> {
+        self.amend(id, |r| r.targets.retain(|t| t.path != path))
+    }
+}
