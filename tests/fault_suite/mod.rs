@@ -8,6 +8,7 @@
 
 mod clients;
 mod flags;
+mod own_paths;
 mod processes;
 mod registration;
 mod restarts;
