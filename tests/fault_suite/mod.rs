@@ -12,6 +12,7 @@ mod own_paths;
 mod processes;
 mod registration;
 mod restarts;
+mod snapshot_requests;
 mod socket_paths;
 mod tally;
 mod volumes;

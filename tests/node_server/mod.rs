@@ -5,8 +5,11 @@ mod block;
 mod block_content;
 // `fault_suite::volumes` asks it for the codes of malformed requests.
 pub(crate) mod careless_requests;
+// `fault_suite::snapshot_requests` sends the same.
+pub(crate) mod careless_snapshot_requests;
 mod concurrency;
 mod controller_errors;
+mod every_rpc_validates;
 mod group_snapshots;
 mod lifecycle;
 mod modify;

@@ -11,7 +11,7 @@ use crate::linux::quota::QuotaError;
 use crate::node_server::driver::Driver;
 use crate::node_server::driver::error::ControllerError;
 use crate::node_server::grpc::controller_snapshots as snapshots;
-use crate::node_server::grpc::field_limits::SizeLimits;
+use crate::node_server::grpc::field_limits::{SizeLimits, checked};
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::attributes::{Attributes, ParameterError};
 use crate::node_server::state::volumes::{ContentSource, VolumeError as V};
@@ -226,10 +226,10 @@ impl Controller for ControllerService {
         &self,
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
-        let req = request.into_inner();
+        let req = checked(request)?;
         let max = usize::try_from(req.max_entries)
             .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
-        let start = decode_token(&req.starting_token)?;
+        let start = decode_token(&req.starting_token, validate::any_volume_id)?;
         log::trace!("ListVolumes max_entries={max}");
         let (page, next) = self.0.volumes.page(start.as_deref(), max);
         Ok(Response::new(ListVolumesResponse {

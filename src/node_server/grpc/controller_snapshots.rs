@@ -8,6 +8,7 @@ use tonic::{Code, Response, Status};
 
 use crate::node_server::driver::Driver;
 use crate::node_server::driver::error::SnapshotError;
+use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::snapshots::{Filter, Snapshot, Time};
 use crate::node_server::state::volumes::VolumeError as V;
@@ -77,9 +78,10 @@ pub async fn create(
     driver: &Arc<Driver>,
     req: CreateSnapshotRequest,
 ) -> Result<Response<CreateSnapshotResponse>, Status> {
+    req.check_sizes()?;
     // The name first: csi-sanity sends an unknown source with no name.
-    let name = validate::required("name", &req.name)?.to_owned();
-    let source = validate::required("source_volume_id", &req.source_volume_id)?.to_owned();
+    let name = validate::named("name", &req.name)?.to_owned();
+    let source = validate::volume_id_of("source_volume_id", &req.source_volume_id)?.to_owned();
     log::trace!("CreateSnapshot name={name} source={source}");
     // Names may contain anything; the prefix keeps their keys apart from IDs and volume names.
     let key = format!("snapshot-name/{name}");
@@ -94,7 +96,8 @@ pub async fn delete(
     driver: &Arc<Driver>,
     req: DeleteSnapshotRequest,
 ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-    let id = validate::required("snapshot_id", &req.snapshot_id)?.to_owned();
+    req.check_sizes()?;
+    let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?.to_owned();
     log::trace!("DeleteSnapshot snapshot={id}");
     let key = format!("snapshot/{id}");
     let work = move |d: &Driver| d.delete_snapshot(&id);
@@ -106,9 +109,17 @@ pub async fn list(
     driver: &Arc<Driver>,
     req: ListSnapshotsRequest,
 ) -> Result<Response<ListSnapshotsResponse>, Status> {
+    req.check_sizes()?;
     let max = usize::try_from(req.max_entries)
         .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
-    let start = decode_token(&req.starting_token)?;
+    let start = decode_token(&req.starting_token, validate::issued_snapshot_id)?;
+    // Filters are looked up, never used as paths: a well-formed unknown one lists nothing.
+    if !req.snapshot_id.is_empty() {
+        validate::snapshot_id("snapshot_id", &req.snapshot_id)?;
+    }
+    if !req.source_volume_id.is_empty() {
+        validate::volume_id_of("source_volume_id", &req.source_volume_id)?;
+    }
     log::trace!("ListSnapshots max_entries={max}");
     fn given(s: &str) -> Option<&str> {
         (!s.is_empty()).then_some(s)
@@ -132,7 +143,8 @@ pub async fn get(
     driver: &Arc<Driver>,
     req: GetSnapshotRequest,
 ) -> Result<Response<GetSnapshotResponse>, Status> {
-    let id = validate::required("snapshot_id", &req.snapshot_id)?;
+    req.check_sizes()?;
+    let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?;
     log::trace!("GetSnapshot snapshot={id}");
     let snapshot = driver.snapshots.known(id).map_err(status)?;
     Ok(Response::new(GetSnapshotResponse {

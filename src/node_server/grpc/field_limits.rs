@@ -1,9 +1,11 @@
-//! The CSI spec's size limits ("Field Requirements › Size Limits"), checked first by the
-//! handlers of the Node and Controller volume calls (those that implement [`SizeLimits`]; the
-//! snapshot and group calls do not check them yet), so that an over-long field is INVALID_ARGUMENT before anything is looked up,
-//! kept or written: strings at most 128 bytes and maps at most 4 KiB, unless the field says
-//! otherwise — paths (`staging_target_path`, `target_path`, `volume_path`) may be as long as
-//! the OS allows, and `mount_flags` may total 4 KiB.
+//! The CSI spec's size limits ("Field Requirements › Size Limits"), checked first by every
+//! handler of every service: each request message implements [`SizeLimits`] (one without
+//! string or map fields trivially), and handlers take their request through [`checked`], so
+//! that an over-long field is INVALID_ARGUMENT before anything is looked up, kept or written:
+//! strings at most 128 bytes and maps at most 4 KiB, unless the field says otherwise — paths
+//! (`staging_target_path`, `target_path`, `volume_path`) may be as long as the OS allows, and
+//! `mount_flags` may total 4 KiB. (`tests/node_server/every_rpc_validates.rs` enumerates the
+//! services' descriptors so that a new RPC cannot go without.)
 //!
 //! A map's size is the sum of its keys' and values' bytes. `ListVolumes.starting_token` is
 //! left to its decoding (ABORTED when not ours): our tokens are the hex of an ID, so a
@@ -30,6 +32,126 @@ pub const MAX_REQUEST: usize = 256 << 10;
 /// A request whose fields are checked against the spec's limits.
 pub trait SizeLimits {
     fn check_sizes(&self) -> Result<(), Status>;
+}
+
+/// The request of a call, its sizes checked: how every handler starts.
+pub fn checked<R: SizeLimits>(request: tonic::Request<R>) -> Result<R, Status> {
+    let request = request.into_inner();
+    request.check_sizes()?;
+    Ok(request)
+}
+
+/// Requests with no string or map field: nothing to bound.
+macro_rules! nothing_to_bound {
+    ($($request:ty),+ $(,)?) => {
+        $(impl SizeLimits for $request {
+            fn check_sizes(&self) -> Result<(), Status> {
+                Ok(())
+            }
+        })+
+    };
+}
+
+nothing_to_bound!(
+    GetPluginInfoRequest,
+    GetPluginCapabilitiesRequest,
+    ProbeRequest,
+    ControllerGetCapabilitiesRequest,
+    NodeGetCapabilitiesRequest,
+    NodeGetInfoRequest,
+    GroupControllerGetCapabilitiesRequest,
+);
+
+fn strings(field: &str, values: &[String]) -> Result<(), Status> {
+    values.iter().try_for_each(|v| string(field, v))
+}
+
+impl SizeLimits for ListVolumesRequest {
+    /// `starting_token` is bounded by its decoding ([`validate::decode_token`](super::validate::decode_token)).
+    fn check_sizes(&self) -> Result<(), Status> {
+        Ok(())
+    }
+}
+
+impl SizeLimits for ControllerPublishVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        string("node_id", &self.node_id)?;
+        capabilities("volume_capability", self.volume_capability.as_slice())?;
+        map("secrets", &self.secrets)?;
+        map("volume_context", &self.volume_context)
+    }
+}
+
+impl SizeLimits for ControllerUnpublishVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)?;
+        string("node_id", &self.node_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for ControllerGetVolumeRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("volume_id", &self.volume_id)
+    }
+}
+
+impl SizeLimits for CreateSnapshotRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("source_volume_id", &self.source_volume_id)?;
+        string("name", &self.name)?;
+        map("secrets", &self.secrets)?;
+        map("parameters", &self.parameters)
+    }
+}
+
+impl SizeLimits for DeleteSnapshotRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("snapshot_id", &self.snapshot_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for ListSnapshotsRequest {
+    /// `starting_token` is bounded by its decoding.
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("source_volume_id", &self.source_volume_id)?;
+        string("snapshot_id", &self.snapshot_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for GetSnapshotRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("snapshot_id", &self.snapshot_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for CreateVolumeGroupSnapshotRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("name", &self.name)?;
+        strings("source_volume_ids", &self.source_volume_ids)?;
+        map("secrets", &self.secrets)?;
+        map("parameters", &self.parameters)
+    }
+}
+
+impl SizeLimits for DeleteVolumeGroupSnapshotRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("group_snapshot_id", &self.group_snapshot_id)?;
+        strings("snapshot_ids", &self.snapshot_ids)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for GetVolumeGroupSnapshotRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("group_snapshot_id", &self.group_snapshot_id)?;
+        strings("snapshot_ids", &self.snapshot_ids)?;
+        map("secrets", &self.secrets)
+    }
 }
 
 fn too_long(field: &str, size: usize, limit: usize, what: &str) -> Status {

@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::node_server::driver::Driver;
 use crate::node_server::grpc::controller_snapshots::{message, status, timestamp};
+use crate::node_server::grpc::field_limits::checked;
 use crate::node_server::grpc::validate;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::proto::csi::{
@@ -34,21 +35,27 @@ fn group_message((group, members): (Group, Vec<Snapshot>)) -> VolumeGroupSnapsho
     }
 }
 
-/// A required list of IDs, each non-empty and none twice.
+/// A required list of volume IDs, each well-formed and none twice.
 fn id_list(field: &str, ids: &[String]) -> Result<(), Status> {
     if ids.is_empty() {
         return Err(Status::invalid_argument(format!("{field} is required")));
     }
     let mut seen = HashSet::new();
     for id in ids {
-        validate::required(field, id)?;
+        validate::volume_id_of(field, id)?;
         if !seen.insert(id) {
             return Err(Status::invalid_argument(format!(
-                "{field} lists {id:?} twice"
+                "{field} lists {:?} twice",
+                validate::clip(id)
             )));
         }
     }
     Ok(())
+}
+
+/// The optional `snapshot_ids` of a delete or get: each a well-formed snapshot ID.
+fn snapshot_ids(ids: &[String]) -> Result<(), Status> {
+    (ids.iter()).try_for_each(|id| validate::snapshot_id("snapshot_ids", id).map(drop))
 }
 
 #[tonic::async_trait]
@@ -73,8 +80,8 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<CreateVolumeGroupSnapshotRequest>,
     ) -> Result<Response<CreateVolumeGroupSnapshotResponse>, Status> {
-        let req = request.into_inner();
-        let name = validate::required("name", &req.name)?.to_owned();
+        let req = checked(request)?;
+        let name = validate::named("name", &req.name)?.to_owned();
         id_list("source_volume_ids", &req.source_volume_ids)?;
         log::trace!(
             "CreateVolumeGroupSnapshot name={name} volumes={}",
@@ -93,8 +100,9 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<DeleteVolumeGroupSnapshotRequest>,
     ) -> Result<Response<DeleteVolumeGroupSnapshotResponse>, Status> {
-        let req = request.into_inner();
-        let id = validate::required("group_snapshot_id", &req.group_snapshot_id)?.to_owned();
+        let req = checked(request)?;
+        let id = validate::snapshot_id("group_snapshot_id", &req.group_snapshot_id)?.to_owned();
+        snapshot_ids(&req.snapshot_ids)?;
         log::trace!("DeleteVolumeGroupSnapshot group={id}");
         let key = format!("group/{id}");
         let members = req.snapshot_ids;
@@ -107,8 +115,9 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<GetVolumeGroupSnapshotRequest>,
     ) -> Result<Response<GetVolumeGroupSnapshotResponse>, Status> {
-        let req = request.into_inner();
-        let id = validate::required("group_snapshot_id", &req.group_snapshot_id)?;
+        let req = checked(request)?;
+        let id = validate::snapshot_id("group_snapshot_id", &req.group_snapshot_id)?;
+        snapshot_ids(&req.snapshot_ids)?;
         log::trace!("GetVolumeGroupSnapshot group={id}");
         let group = self.0.get_group(id, &req.snapshot_ids).map_err(status)?;
         Ok(Response::new(GetVolumeGroupSnapshotResponse {

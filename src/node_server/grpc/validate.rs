@@ -11,6 +11,7 @@ use crate::proto::csi::{CapacityRange, VolumeCapability, volume_capability};
 
 pub use volume_capability::access_mode::Mode as AccessMode;
 
+pub use crate::node_server::grpc::field_limits::MAX_STRING;
 pub use crate::node_server::state::layout::{MAX_VOLUME_ID, volume_id_problem};
 pub use crate::paths::{nested, normalise};
 
@@ -22,26 +23,69 @@ pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     Ok(value)
 }
 
-/// A CreateVolume name: required, and free of the control characters the CSI spec excludes
-/// from names (U+0000–U+0008, U+000B, U+000C, U+000E–U+001F, U+007F–U+009F).
+/// A CreateVolume name: see [`named`].
 pub fn name(value: &str) -> Result<&str, Status> {
-    required("name", value)?;
+    named("name", value)
+}
+
+/// A name a CO gives (CreateVolume, CreateSnapshot, CreateVolumeGroupSnapshot): required, at
+/// most the spec's 128 bytes, and free of the control characters the CSI spec excludes from
+/// names (U+0000–U+0008, U+000B, U+000C, U+000E–U+001F, U+007F–U+009F).
+pub fn named<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    required(field, value)?;
+    if value.len() > MAX_STRING {
+        return Err(Status::invalid_argument(format!(
+            "{field} is {} bytes; the CSI spec allows at most {MAX_STRING}",
+            value.len()
+        )));
+    }
     let excluded = |c: &char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
     match value.chars().find(excluded) {
         Some(c) => Err(Status::invalid_argument(format!(
-            "name contains U+{:04X}, a control character the CSI spec excludes from names",
+            "{field} contains U+{:04X}, a control character the CSI spec excludes from names",
             u32::from(c)
         ))),
         None => Ok(value),
     }
 }
 
+/// A required ID of a snapshot or a group snapshot (`field` names which): at most the spec's
+/// 128 bytes and one plain path component, as the IDs this plugin issues are.
+pub fn snapshot_id<'a>(field: &str, id: &'a str) -> Result<&'a str, Status> {
+    required(field, id)?;
+    let problem = match volume_id_problem(id) {
+        _ if id.len() > MAX_STRING => Some("is longer than the spec's 128 bytes"),
+        problem => problem,
+    };
+    match problem {
+        Some(problem) => Err(Status::invalid_argument(format!(
+            "{field} {:?} {problem}",
+            clip(id)
+        ))),
+        None => Ok(id),
+    }
+}
+
+/// A value from a request, cut short for a message: an error never carries a field whole.
+pub fn clip(value: &str) -> String {
+    match value.char_indices().nth(40) {
+        Some((end, _)) => format!("{}…", &value[..end]),
+        None => value.to_owned(),
+    }
+}
+
 /// A required volume ID that is safe to use as a directory name.
 pub fn volume_id(id: &str) -> Result<&str, Status> {
-    required("volume_id", id)?;
+    volume_id_of("volume_id", id)
+}
+
+/// [`volume_id`], in a field of another name (`source_volume_id`, `source_volume_ids`).
+pub fn volume_id_of<'a>(field: &str, id: &'a str) -> Result<&'a str, Status> {
+    required(field, id)?;
     match volume_id_problem(id) {
         Some(problem) => Err(Status::invalid_argument(format!(
-            "volume_id {id:?} {problem}"
+            "{field} {:?} {problem}",
+            clip(id)
         ))),
         None => Ok(id),
     }
@@ -150,36 +194,56 @@ pub fn capacity_range(range: Option<&CapacityRange>) -> Result<(u64, u64), Statu
     Ok((required, limit))
 }
 
-/// ListVolumes tokens are the hex-encoded ID of the next volume to return: opaque to the CO,
-/// stable when volumes before it are deleted, and anything we did not issue fails to decode.
+/// The longest `starting_token` this plugin issues: the hex of the longest volume ID.
+pub const MAX_TOKEN: usize = 2 * MAX_VOLUME_ID;
+
+/// ListVolumes and ListSnapshots tokens are the lowercase hex of the ID of the next entry to
+/// return: opaque to the CO, stable when entries before it are deleted, and anything we did
+/// not issue fails to decode.
 pub fn encode_token(next_id: &str) -> String {
     next_id.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Decodes a `starting_token`; an empty token means "from the start". Invalid → ABORTED, as
-/// the spec demands.
-pub fn decode_token(token: &str) -> Result<Option<String>, Status> {
+/// Decodes a `starting_token`; an empty token means "from the start". A token we could not
+/// have issued — too long, not lowercase hex pairs, or not the hex of an ID `issued` accepts —
+/// is ABORTED, as the spec demands, and is not echoed in the message (a CO's error metadata
+/// is bounded too).
+pub fn decode_token(token: &str, issued: fn(&str) -> bool) -> Result<Option<String>, Status> {
     if token.is_empty() {
         return Ok(None);
     }
-    let invalid = || Status::aborted(format!("starting_token {token:?} is not valid"));
-    if !token.len().is_multiple_of(2) {
+    let invalid = || {
+        Status::aborted(format!(
+            "starting_token ({} bytes) is not a token this plugin issued; list from the start",
+            token.len()
+        ))
+    };
+    let hex = |b: u8| matches!(b, b'0'..=b'9' | b'a'..=b'f');
+    if token.len() > MAX_TOKEN || !token.len().is_multiple_of(2) || !token.bytes().all(hex) {
         return Err(invalid());
     }
     let bytes = (0..token.len())
         .step_by(2)
-        .map(|i| {
-            token
-                .get(i..i + 2)
-                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-        })
+        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).ok())
         .collect::<Option<Vec<u8>>>()
         .ok_or_else(invalid)?;
     let id = String::from_utf8(bytes).map_err(|_| invalid())?;
-    if volume_id_problem(&id).is_some() {
+    if volume_id_problem(&id).is_some() || id.chars().any(char::is_control) || !issued(&id) {
         return Err(invalid());
     }
     Ok(Some(id))
+}
+
+/// Any volume ID: kubelet's inline-volume IDs are ours to list too.
+pub fn any_volume_id(_: &str) -> bool {
+    true
+}
+
+/// A snapshot ID as this plugin makes them: `snap-` and 32 lowercase hex digits.
+pub fn issued_snapshot_id(id: &str) -> bool {
+    id.strip_prefix("snap-").is_some_and(|rest| {
+        rest.len() == 32 && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 #[cfg(test)]

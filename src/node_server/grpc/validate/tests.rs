@@ -126,14 +126,74 @@ fn capacity_ranges_reject_negatives_and_inverted_bounds() {
 fn pagination_tokens_round_trip_and_foreign_tokens_abort() {
     for id in ["vol-0123", "csi-x y:z", "ünï"] {
         assert_eq!(
-            decode_token(&encode_token(id)).unwrap().as_deref(),
+            decode_token(&encode_token(id), any_volume_id)
+                .unwrap()
+                .as_deref(),
             Some(id)
         );
     }
-    assert_eq!(decode_token("").unwrap(), None);
-    for bad in ["invalid-token", "abc", "zz", "2f", "ff", "2e2e"] {
-        assert_eq!(code(decode_token(bad)), Code::Aborted, "{bad:?}");
+    assert_eq!(decode_token("", any_volume_id).unwrap(), None);
+    for bad in [
+        "invalid-token",
+        "abc",
+        "zz",
+        "2f",
+        "ff",
+        "2e2e",
+        "03",
+        "+3",
+        "+a",
+        "0A",
+    ] {
+        let answer = decode_token(bad, any_volume_id);
+        assert_eq!(code(answer), Code::Aborted, "{bad:?}");
     }
+    let long = "76".repeat(MAX_TOKEN / 2 + 1);
+    assert_eq!(code(decode_token(&long, any_volume_id)), Code::Aborted);
+}
+
+#[test]
+fn snapshot_tokens_name_an_id_this_plugin_could_have_issued_and_are_never_echoed() {
+    let id = format!("snap-{}", "0123456789abcdef".repeat(2));
+    let token = encode_token(&id);
+    assert_eq!(
+        decode_token(&token, issued_snapshot_id).unwrap().as_deref(),
+        Some(id.as_str())
+    );
+    let forged = [
+        "03".to_owned(),
+        "+3".to_owned(),
+        "18446744073709551616".to_owned(),
+        encode_token("snap-1"),
+        encode_token("vol-0123"),
+        "ab".repeat(5000),
+    ];
+    for bad in forged {
+        let status = decode_token(&bad, issued_snapshot_id).unwrap_err();
+        assert_eq!(status.code(), Code::Aborted, "{bad:?}");
+        assert!(status.message().len() < 120, "{}", status.message());
+        assert!(!status.message().contains(&bad), "{}", status.message());
+    }
+}
+
+#[test]
+fn snapshot_ids_are_bounded_and_one_plain_path_component() {
+    assert!(snapshot_id("snapshot_id", "snap-1").is_ok());
+    for bad in ["", "../victim", "a/b", ".hidden", "a\0b"] {
+        assert_eq!(
+            code(snapshot_id("snapshot_id", bad)),
+            Code::InvalidArgument,
+            "{bad:?}"
+        );
+    }
+    let long = "s".repeat(205);
+    let status = snapshot_id("snapshot_id", &long).unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        !status.message().contains(&long),
+        "clipped: {}",
+        status.message()
+    );
 }
 
 #[test]
