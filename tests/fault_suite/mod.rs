@@ -6,6 +6,7 @@
 //! registration that never came back. `cargo test --test integration fault_suite -- \
 //! --include-ignored --nocapture` prints the table docs/testing.md shows.
 
+mod access_modes;
 mod clients;
 mod flags;
 mod own_paths;

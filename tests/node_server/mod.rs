@@ -1,6 +1,7 @@
 //! `node-server`, the CSI plugin, through real gRPC: a volume's life, snapshots, block
 //! volumes, every error code, and csi-sanity re-enacted (`sanity`).
 
+mod access_modes;
 mod block;
 mod block_content;
 // `fault_suite::volumes` asks it for the codes of malformed requests.

@@ -117,7 +117,7 @@ impl Driver {
         self.state_dir.block_image(id)
     }
 
-    fn found(&self, record: &Record) -> Result<Found, NodeError> {
+    pub(super) fn found(&self, record: &Record) -> Result<Found, NodeError> {
         Ok(self.loops.find(&self.image_of(&record.id))?)
     }
 

@@ -63,6 +63,9 @@ pub enum NodeError {
         path: PathBuf,
         mount: PathBuf,
     },
+    /// SINGLE_NODE_SINGLE_WRITER, staged at a second path: the spec's "exceeds capabilities".
+    #[error("SINGLE_NODE_SINGLE_WRITER volume is already staged at {}", at.display())]
+    StagedElsewhere { at: PathBuf },
     #[error("the parent directory of {field} does not exist")]
     MissingParent { field: &'static str },
     /// A stats or expand path that is not there: the volume is not there, as the spec words it.

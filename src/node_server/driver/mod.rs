@@ -76,6 +76,16 @@ pub struct PublishRequest {
     pub block: bool,
 }
 
+/// How a NodeStageVolume request stages.
+#[derive(Debug, Clone, Copy)]
+pub struct Staging {
+    pub options: MountOptions,
+    pub group: Option<u32>,
+    pub block: bool,
+    /// SINGLE_NODE_SINGLE_WRITER: no second staging path.
+    pub exclusive: bool,
+}
+
 /// What NodeGetVolumeStats reports: the filesystem's figures (if the directory is there),
 /// how the volume's size holds (its own usage and limit, or why it is not enforced) and,
 /// when the volume is not healthy at the path, why.
@@ -254,22 +264,41 @@ impl Driver {
         Ok(())
     }
 
+    /// Another staging path the volume is staged at still: recorded, and still mounted (a
+    /// block volume: still on a device of ours). A record a reboot outdated does not count.
+    fn staged_elsewhere(
+        &self,
+        record: &Record,
+        staging: &Path,
+    ) -> Result<Option<PathBuf>, NodeError> {
+        let mut others = record.staged_at.iter().filter(|p| *p != staging);
+        if record.block {
+            let attached = !self.found(record)?.ours.is_empty();
+            return Ok(others.next().filter(|_| attached).cloned());
+        }
+        let table = self.mounter.mount_table()?;
+        Ok(others.find(|p| table.mounted_at(p).is_some()).cloned())
+    }
+
     // ---- Node service ----
 
-    pub fn stage(
-        &self,
-        id: &str,
-        staging: &Path,
-        options: MountOptions,
-        group: Option<u32>,
-        block: bool,
-    ) -> Result<(), NodeError> {
-        let record = self.volumes.known(id)?;
+    pub fn stage(&self, id: &str, staging: &Path, how: Staging) -> Result<(), NodeError> {
+        let Staging {
+            options,
+            group,
+            block,
+            exclusive,
+        } = how;
+        // An inline volume is never staged: a staging mount would outlive its pod.
+        let record = self.volumes.provisioned(id, "NodeStageVolume")?;
         let field = "staging_target_path";
         let staging = self.existing_mount_point(field, staging)?;
         access(&record, block)?;
         self.not_the_other_calls(Role::Staging, &staging)?;
         self.not_inside_a_volume(field, &staging)?;
+        if exclusive && let Some(at) = self.staged_elsewhere(&record, &staging)? {
+            return Err(NodeError::StagedElsewhere { at });
+        }
         if record.block {
             self.stage_block(&record)?;
             return Ok(self.volumes.note_staged(id, &staging)?);

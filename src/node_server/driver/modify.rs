@@ -11,7 +11,7 @@ impl Driver {
     /// Applies the attributes `change` names to volume `id`, keeping the others; idempotent
     /// (the same change again applies the same values again). The caller holds its lock.
     pub fn modify(&self, id: &str, change: Attributes) -> Result<Record, ControllerError> {
-        let record = self.volumes.known(id)?;
+        let record = self.volumes.provisioned(id, "ControllerModifyVolume")?;
         self.check_attributes(&change, Some(&record), record.block)?;
         let attributes = record.attributes.with(change);
         let record = self.volumes.set_attributes(id, attributes)?;

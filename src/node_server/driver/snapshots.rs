@@ -135,7 +135,7 @@ impl Driver {
             .map(|id| self.sources.read(&volume_key(id)))
             .collect::<Result<Vec<_>, _>>()?;
         let volumes = (ids.iter())
-            .map(|id| self.volumes.known(id))
+            .map(|id| self.volumes.provisioned(id, "a snapshot"))
             .collect::<Result<Vec<_>, _>>()?;
         for volume in volumes.iter().filter(|v| v.block) {
             self.flush_block(volume)?;

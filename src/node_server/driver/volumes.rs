@@ -116,7 +116,7 @@ impl Driver {
         required: u64,
         limit: u64,
     ) -> Result<(u64, bool), ControllerError> {
-        let record = self.volumes.known(id)?;
+        let record = self.volumes.provisioned(id, "ControllerExpandVolume")?;
         if record.block {
             let required = whole_sectors(required, limit)?;
             let capacity = self.expand_accounted(&record, required, limit)?;

@@ -54,7 +54,7 @@ fn status(error: ControllerError) -> Status {
         }
         E::BlockSize { .. } => Code::OutOfRange,
         // DeleteVolume of a volume that is still mounted.
-        E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
+        E::Volume(V::InUse { .. } | V::Ephemeral { .. }) => Code::FailedPrecondition,
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
         E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project
@@ -388,7 +388,8 @@ impl Controller for ControllerService {
         // An unknown volume is NOT_FOUND before an empty map is refused: csi-sanity sends
         // the parameters of its --csi.testvolumemutableparameters file, none without one,
         // and expects NOT_FOUND for a volume that does not exist either way.
-        self.0.volumes.known(&id).map_err(|e| status(e.into()))?;
+        (self.0.volumes.provisioned(&id, "ControllerModifyVolume"))
+            .map_err(|e| status(e.into()))?;
         if req.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
                 "mutable_parameters is required: name at least one parameter to change",

@@ -33,6 +33,8 @@ pub fn status(error: SnapshotError) -> Status {
         E::InGroup { .. } | E::MembersDiffer { .. } | E::SnapshotIdsRequired { .. } => {
             Code::InvalidArgument
         }
+        // An inline volume: in use by its pod alone.
+        E::Volume(V::Ephemeral { .. }) => Code::FailedPrecondition,
         // "Operation pending for snapshot" (or for its source).
         E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Not enough space to create snapshot": `--capacity`, or the filesystem, is full.

@@ -12,7 +12,7 @@ use crate::linux::resolve::ResolveError;
 use crate::node_server::driver::ephemeral::is_ephemeral;
 use crate::node_server::driver::error::NodeError;
 use crate::node_server::driver::publish::PublishError as P;
-use crate::node_server::driver::{Driver, PublishRequest};
+use crate::node_server::driver::{Driver, PublishRequest, Staging};
 use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, AccessMode};
 use crate::node_server::state::volume_quota::{Hold, Usage};
@@ -60,7 +60,8 @@ fn status(error: NodeError) -> Status {
             Code::AlreadyExists
         }
         E::MissingParent { .. }
-        | E::Volume(V::InUse { .. })
+        | E::StagedElsewhere { .. }
+        | E::Volume(V::InUse { .. } | V::Ephemeral { .. })
         | E::Publish(
             P::Symlink { .. }
             | P::Resolve {
@@ -96,6 +97,14 @@ fn status(error: NodeError) -> Status {
         | E::Worker(_) => Code::Internal,
     };
     Status::new(code, error.to_string())
+}
+
+/// Access modes that give the workload no right to write.
+fn reader_only(mode: AccessMode) -> bool {
+    matches!(
+        mode,
+        AccessMode::SingleNodeReaderOnly | AccessMode::MultiNodeReaderOnly
+    )
 }
 
 fn rpc(kind: node_service_capability::rpc::Type) -> NodeServiceCapability {
@@ -192,7 +201,14 @@ impl Node for NodeService {
         log::trace!("NodeStageVolume volume={id} staging={}", staging.display());
         let options = cap.options(false)?;
         let key = id.clone();
-        let work = move |d: &Driver| d.stage(&id, &staging, options, cap.group, cap.block);
+        let exclusive = cap.mode == AccessMode::SingleNodeSingleWriter;
+        let how = Staging {
+            options,
+            group: cap.group,
+            block: cap.block,
+            exclusive,
+        };
+        let work = move |d: &Driver| d.stage(&id, &staging, how);
         self.0.locked(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
@@ -254,7 +270,8 @@ impl Node for NodeService {
             target,
             // An ephemeral volume is bound from its directory: it was never staged.
             staging: staging.filter(|_| !ephemeral),
-            options: cap.options(req.readonly)?,
+            // A reader-only mode is published read-only whatever `readonly` says.
+            options: cap.options(req.readonly || reader_only(cap.mode))?,
             exclusive: cap.mode == AccessMode::SingleNodeSingleWriter,
             group: cap.group,
             ephemeral: ephemeral.then_some(req.volume_context),

@@ -31,6 +31,12 @@ pub enum VolumeError {
     NoSpace { asked: u64, available: u64 },
     #[error("growing by {growth} bytes does not fit: {available} available")]
     NoRoomToGrow { growth: u64, available: u64 },
+    /// An inline ephemeral volume asked for what only a provisioned volume does.
+    #[error(
+        "volume {id} is an inline ephemeral volume: it lives only as its pod's, and {call} \
+         does not apply to it"
+    )]
+    Ephemeral { id: String, call: &'static str },
     #[error("volume {id} is in use: mounted at {}", at.display())]
     InUse { id: String, at: PathBuf },
     #[error(transparent)]
@@ -197,6 +203,18 @@ impl Volumes {
     pub fn known(&self, id: &str) -> Result<Record, VolumeError> {
         self.get(id)
             .ok_or_else(|| VolumeError::NotFound { id: id.to_owned() })
+    }
+
+    /// A volume that must exist and be a provisioned one, not an inline ephemeral volume
+    /// (which `call` does not apply to).
+    pub fn provisioned(&self, id: &str, call: &'static str) -> Result<Record, VolumeError> {
+        match self.known(id)? {
+            record if record.ephemeral => Err(VolumeError::Ephemeral {
+                id: id.to_owned(),
+                call,
+            }),
+            record => Ok(record),
+        }
     }
 
     pub fn find_name(&self, name: &str) -> Option<Record> {
