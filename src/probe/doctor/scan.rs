@@ -90,6 +90,8 @@ fn list(host: &Host, dir: &Path) -> io::Result<Vec<PathBuf>> {
 /// are walked (the kubelet watches recursively), links to directories are not.
 pub fn registry(host: &Host, registry: &Path) -> io::Result<Vec<Entry>> {
     let device = std::fs::metadata(host.path(registry))?.dev();
+    // The registry itself must be listable: an unreadable one is not an empty one.
+    list(host, registry)?;
     let mut out = Vec::new();
     let mut pending = vec![(registry.to_owned(), 0)];
     while let Some((dir, depth)) = pending.pop() {

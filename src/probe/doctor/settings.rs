@@ -1,5 +1,6 @@
-//! The doctor's flags and the settings they validate into: `Args` → `Settings::from_args` (a
-//! bad flag is a [`SettingsError`], exit 2) → `run`. API credentials are read here, so an
+//! The doctor's flags and the settings they validate into: `Args` (typed values, refused
+//! while parsing) → `Settings::from_args` (an unusable kubeconfig is a [`SettingsError`],
+//! exit 2) → `run`. API credentials are read here, so an
 //! unusable kubeconfig is reported before anything is diagnosed.
 
 use std::path::{Path, PathBuf};
@@ -9,33 +10,34 @@ use argh::{ArgsInfo, FromArgs};
 
 #[cfg(feature = "kube-api")]
 use super::api;
-use crate::gocompat::GoDuration;
+use crate::cli::values::{AbsolutePath, PositiveDuration};
 use crate::probe::kubelet::Output;
 use crate::{BoxError, UsageError};
 
 crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
     #[argh(subcommand, name = "doctor")]
-    /// Diagnose CSI driver registration on this node, read-only. Exit 0 when no check found an
-    /// error (warnings do not count), 1 when one did, 2 for bad usage.
+    /// Diagnose CSI driver registration on this node, read-only, as root. Exit 0 when no check
+    /// found an error (warnings do not count), 1 when one did, 2 when it could not check (bad
+    /// usage, not root, a root it was given that is not there, a registry it cannot list).
     pub struct Args {
-        /// the kubelet's root directory (default: the running kubelet's --root-dir, else a known
-        /// location)
+        /// the kubelet's root directory, absolute (default: the running kubelet's --root-dir,
+        /// else a known location)
         #[argh(option)]
-        pub kubelet_root: Option<PathBuf>,
+        pub kubelet_root: Option<AbsolutePath>,
         /// where the host's / is mounted, when the doctor runs in a container
         #[argh(option)]
         pub host_root: Option<PathBuf>,
-        /// where to look for the kubelet process (needs the host's PID namespace) (default
-        /// "/proc")
-        #[argh(option, default = "PathBuf::from(\"/proc\")")]
-        pub proc_root: PathBuf,
+        /// where to look for the kubelet process (needs the host's PID namespace); given, it
+        /// must exist (default "/proc")
+        #[argh(option)]
+        pub proc_root: Option<PathBuf>,
         /// deadline of each connection and each call (default 2s)
-        #[argh(option, default = "GoDuration(Duration::from_secs(2))", arg_name = "duration")]
-        pub timeout: GoDuration,
+        #[argh(option, default = "PositiveDuration::from_secs(2)", arg_name = "duration")]
+        pub timeout: PositiveDuration,
         /// report format: text or json (default "text")
-        #[argh(option, default = "String::from(\"text\")")]
-        pub output: String,
+        #[argh(option, default = "Output::Text")]
+        pub output: Output,
         /// node whose CSINode and Node objects to compare (default: $NODE_NAME, else the host
         /// name)
         #[argh(option)]
@@ -82,6 +84,9 @@ pub struct Settings {
     pub kubelet_root: Option<PathBuf>,
     pub host: Host,
     pub proc_root: PathBuf,
+    /// Whether `--proc-root` was given: then it must exist. The default `/proc` may be missing
+    /// (a chroot, an image run bare), and the known locations are tried instead.
+    pub proc_root_given: bool,
     pub timeout: Duration,
     pub output: Output,
     pub node_name: String,
@@ -91,12 +96,6 @@ pub struct Settings {
 /// A flag that cannot be used; `main` exits 2 with it.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("--output: {0}")]
-    Output(#[source] crate::probe::kubelet::report::UnknownOutput),
-    #[error("--timeout must be more than zero")]
-    Timeout,
-    #[error("--kubelet-root must be an absolute path")]
-    RelativeRoot,
     #[cfg(feature = "kube-api")]
     #[error(transparent)]
     Api(api::AccessError),
@@ -115,28 +114,22 @@ impl Settings {
     }
 
     fn validate(args: Args) -> Result<Self, SettingsError> {
-        let output = args.output.parse().map_err(SettingsError::Output)?;
-        if args.timeout.0.is_zero() {
-            return Err(SettingsError::Timeout);
-        }
         // Only the API comparisons need it; without one they say so.
         let node_name = crate::probe::kubelet::node_name(args.node_name).unwrap_or_default();
-        if args.kubelet_root.as_ref().is_some_and(|r| !r.is_absolute()) {
-            return Err(SettingsError::RelativeRoot);
-        }
         let api = if args.no_api {
             ApiAccess::Off
         } else {
             api_access(args.kubeconfig.as_deref())?
         };
         Ok(Self {
-            kubelet_root: args.kubelet_root,
+            kubelet_root: args.kubelet_root.map(AbsolutePath::into_path),
             host: Host {
                 root: args.host_root,
             },
-            proc_root: args.proc_root,
-            timeout: args.timeout.0,
-            output,
+            proc_root_given: args.proc_root.is_some(),
+            proc_root: args.proc_root.unwrap_or_else(|| PathBuf::from("/proc")),
+            timeout: args.timeout.get(),
+            output: args.output,
             node_name,
             api,
         })
