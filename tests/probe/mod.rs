@@ -6,6 +6,7 @@ mod doctor;
 mod doctor_api;
 mod doctor_chain;
 mod doctor_exits;
+mod doctor_links;
 mod doctor_root;
 mod health;
 mod kubelet;

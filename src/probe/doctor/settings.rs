@@ -57,14 +57,67 @@ pub struct Host {
     pub root: Option<PathBuf>,
 }
 
+/// How many symbolic links one lookup follows before giving up, as the kernel (`ELOOP`).
+const MAX_LINKS: usize = 40;
+
 impl Host {
-    /// Where the host path `path` is in the doctor's own filesystem.
+    /// Where the host path `path` is in the doctor's own filesystem. Under `--host-root`,
+    /// symbolic links are resolved as the host sees them: an absolute target starts again at
+    /// the host root and `..` stops there, so a `/var/lib/kubelet -> /data/kubelet` is followed
+    /// to the host's `/data/kubelet`, and no link leads outside the host root.
     pub fn path(&self, path: &Path) -> PathBuf {
         match &self.root {
-            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            Some(root) => resolve_beneath(root, path),
             None => path.to_owned(),
         }
     }
+
+    /// Where the entry `path` itself is, not what it links to: its directory resolved as
+    /// [`Host::path`] does, its last name kept (for `lstat`).
+    pub fn entry(&self, path: &Path) -> PathBuf {
+        match (&self.root, path.parent(), path.file_name()) {
+            (Some(_), Some(dir), Some(name)) => self.path(dir).join(name),
+            _ => self.path(path),
+        }
+    }
+}
+
+/// `path` (a host path) resolved under `root` with every link followed inside it, as
+/// `openat2`'s `RESOLVE_IN_ROOT` does; what does not exist is kept as written.
+fn resolve_beneath(root: &Path, path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut resolved = PathBuf::new();
+    // The names still to walk, the next one last.
+    let names = |path: &Path| -> Vec<std::ffi::OsString> {
+        let names = path.components().rev().filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        });
+        names.collect()
+    };
+    let mut pending = names(path);
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            resolved.pop();
+            continue;
+        }
+        let here = root.join(&resolved).join(&name);
+        let target = match std::fs::read_link(&here) {
+            Ok(target) if links < MAX_LINKS => target,
+            _ => {
+                resolved.push(name);
+                continue;
+            }
+        };
+        links += 1;
+        if target.is_absolute() {
+            resolved.clear();
+        }
+        pending.extend(names(&target));
+    }
+    root.join(resolved)
 }
 
 /// How the API objects are to be read.
@@ -154,5 +207,48 @@ fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
     match kubeconfig {
         Some(path) => Err(SettingsError::ApiNotBuilt(path.to_owned())),
         None => Ok(ApiAccess::Off),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn links_under_the_host_root_are_followed_as_the_host_sees_them_and_never_out_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("data/kubelet/plugins_registry")).unwrap();
+        std::fs::create_dir_all(root.join("var/lib")).unwrap();
+        symlink("/data/kubelet", root.join("var/lib/kubelet")).unwrap();
+        symlink("../../..", root.join("data/kubelet/up")).unwrap();
+        symlink("/etc/passwd", root.join("data/kubelet/passwd")).unwrap();
+        symlink("loop", root.join("loop")).unwrap();
+        let host = Host {
+            root: Some(root.to_owned()),
+        };
+        let at = |p: &str| host.path(Path::new(p));
+        assert_eq!(
+            at("/var/lib/kubelet/plugins_registry"),
+            root.join("data/kubelet/plugins_registry")
+        );
+        assert_eq!(
+            at("/var/lib/kubelet/missing/x"),
+            root.join("data/kubelet/missing/x")
+        );
+        assert_eq!(at("/var/lib/kubelet/up/etc"), root.join("etc"));
+        assert_eq!(at("/var/lib/kubelet/passwd"), root.join("etc/passwd"));
+        assert_eq!(at("/../../etc"), root.join("etc"));
+        assert_eq!(at("/loop"), root.join("loop"));
+        assert_eq!(
+            host.entry(Path::new("/var/lib/kubelet/passwd")),
+            root.join("data/kubelet/passwd")
+        );
+        let own = Host::default();
+        assert_eq!(
+            own.path(Path::new("/var/lib/kubelet")),
+            Path::new("/var/lib/kubelet")
+        );
     }
 }
