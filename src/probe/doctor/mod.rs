@@ -67,6 +67,9 @@ pub struct Context {
     /// Whether a refused connection says something about the kubelet (a root doctor) or only
     /// about the doctor.
     doctor_is_root: bool,
+    /// The prefix of a `--kubelet-root` given as a host seen under it, without `--host-root`
+    /// ([`root::host_prefix`]): the plugins' host paths are then there.
+    host_prefix: Option<PathBuf>,
 }
 
 /// Diagnoses, prints the report, and fails when it has errors.
@@ -205,6 +208,11 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
             })
         }),
         doctor_is_root: nix::unistd::geteuid().is_root(),
+        host_prefix: settings
+            .kubelet_root
+            .as_deref()
+            .and_then(|given| root::host_prefix(given, &settings.host))
+            .map(|(prefix, _)| prefix),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (index, socket) in sockets.into_iter().enumerate() {
@@ -216,9 +224,18 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     let mut plugins: Vec<chain::Plugin> = plugins.into_iter().map(|(_, p)| p).collect();
     node::cross_check(&mut plugins);
     node.extend(node::unannounced(ctx.clone(), plugin_sockets, &plugins).await);
+    // Without the kube-api feature, `Off` is the only way.
+    #[allow(irrefutable_let_patterns)]
+    if let ApiAccess::Off(why) = &settings.api {
+        node.push(Finding::info(
+            "api.skipped",
+            "the comparison with the CSINode, CSIDriver and Node objects was skipped",
+            format!("the Kubernetes API was not read: {why}"),
+        ));
+    }
     #[cfg(feature = "kube-api")]
     match &settings.api {
-        ApiAccess::Off => {}
+        ApiAccess::Off(_) => {}
         ApiAccess::On(access) => {
             report.api = Some(access.describe());
             node.extend(

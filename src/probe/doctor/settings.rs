@@ -123,7 +123,8 @@ fn resolve_beneath(root: &Path, path: &Path) -> PathBuf {
 /// How the API objects are to be read.
 #[derive(Debug, Clone)]
 pub enum ApiAccess {
-    Off,
+    /// Not read, and why (the report says so).
+    Off(&'static str),
     #[cfg(feature = "kube-api")]
     On(api::Access),
     /// In a pod whose service-account files cannot be used: reported as a finding.
@@ -170,7 +171,7 @@ impl Settings {
         // Only the API comparisons need it; without one they say so.
         let node_name = crate::probe::kubelet::node_name(args.node_name).unwrap_or_default();
         let api = if args.no_api {
-            ApiAccess::Off
+            ApiAccess::Off("--no-api was given")
         } else {
             api_access(args.kubeconfig.as_deref())?
         };
@@ -189,6 +190,11 @@ impl Settings {
     }
 }
 
+/// Why the API is not read when nothing says how to reach it.
+#[cfg(feature = "kube-api")]
+const NO_CREDENTIALS: &str =
+    "there is no --kubeconfig and no in-cluster service account (not in a pod?)";
+
 #[cfg(feature = "kube-api")]
 fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
     if let Some(path) = kubeconfig {
@@ -196,7 +202,7 @@ fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
         return Ok(ApiAccess::On(access));
     }
     Ok(match api::Access::in_cluster(&api::InCluster::from_env()) {
-        None => ApiAccess::Off,
+        None => ApiAccess::Off(NO_CREDENTIALS),
         Some(Ok(access)) => ApiAccess::On(access),
         Some(Err(e)) => ApiAccess::Unusable(e.to_string()),
     })
@@ -206,7 +212,9 @@ fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
 fn api_access(kubeconfig: Option<&Path>) -> Result<ApiAccess, SettingsError> {
     match kubeconfig {
         Some(path) => Err(SettingsError::ApiNotBuilt(path.to_owned())),
-        None => Ok(ApiAccess::Off),
+        None => Ok(ApiAccess::Off(
+            "this binary was built without the kube-api feature",
+        )),
     }
 }
 
