@@ -29,7 +29,7 @@ crate::mode_args! {
         #[argh(option)]
         pub host_root: Option<PathBuf>,
         /// where to look for the kubelet process (needs the host's PID namespace); given, it
-        /// must exist (default "/proc")
+        /// must exist (default: /proc, where a missing one means no kubelet is visible)
         #[argh(option)]
         pub proc_root: Option<PathBuf>,
         /// deadline of each connection and each call (default 2s)
