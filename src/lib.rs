@@ -12,9 +12,8 @@
 //! - The modes: [`node_server`] (the CSI plugin), [`registrar`] (drop-in
 //!   node-driver-registrar), [`probe`] (livenessprobe, exec probes, the kubelet emulator, the
 //!   doctor), [`demo`]. Each has the same shape: `Args` (argh, declared with
-//!   [`mode_args!`] and typed values: a bad value is refused while parsing, exit 2 — except
-//!   `probe kubelet`'s and `probe doctor`'s few, which keep their own wording and are checked
-//!   in `from_args`) → `Settings::from_args` (assembled; flags that exclude each other are a
+//!   [`mode_args!`] and typed values: a bad value is refused while parsing, exit 2) →
+//!   `Settings::from_args` (assembled; flags that exclude each other are a
 //!   [`UsageError`], exit 2) → `run(settings)` (runtime and signals, at the edge). The servers among them
 //!   (node-server, registrar, probe serve) also have `serve(listener…, …, shutdown)`, which
 //!   tests call in-process with their own listeners.
@@ -83,9 +82,17 @@ pub fn deepest_cause(error: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
+/// A run that failed and has said why itself, in its own output (the doctor's report with
+/// errors): `main` exits 1 without an error line of its own, since nothing else failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Reported(pub String);
+
 /// A usage mistake found after flag parsing (a missing subcommand, flags that exclude each
-/// other, a configuration the CSI spec does not allow; a bad value of one flag is refused while
-/// parsing, see [`cli::values`]); `main` reports it like a bad flag, with exit code 2.
+/// other, a configuration the CSI spec does not allow, a run that cannot do what it was asked,
+/// such as the doctor without root or a `--host-root` that is not there; a bad value of one
+/// flag is refused while parsing, see [`cli::values`]); `main` reports it like a bad flag, with
+/// exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct UsageError(pub BoxError);

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use argh::ArgsInfo;
 use csi_nodekit::cli::{self, Dispatch, Invocation, Mode, ModeArgs, ParseStop};
-use csi_nodekit::{BoxError, UsageError, demo, logging, node_server, probe, registrar, rlimit};
+use csi_nodekit::{
+    BoxError, Reported, UsageError, demo, logging, node_server, probe, registrar, rlimit,
+};
 
 /// Every mode, in the order help and usage list them: the one place a mode is named. Aliases
 /// are the upstream images' entry points, which the image installs as symlinks.
@@ -105,6 +107,7 @@ fn run_mode<A: ModeArgs + argh::FromArgs + ArgsInfo>(
             eprintln!("{program}: {error}");
             ExitCode::from(2)
         }
+        Err(error) if error.is::<Reported>() => ExitCode::FAILURE,
         Err(error) => {
             log::error!(err:% = error; "{program} failed");
             ExitCode::FAILURE

@@ -1,8 +1,9 @@
 //! Flag values as types argh parses, so that a value no mode can use is refused while the
 //! command line is parsed, before anything starts, and the modes' `Settings::from_args` only
 //! assemble what was parsed: [`SocketAddress`], [`PositiveDuration`], [`HttpEndpoint`],
-//! [`HttpPath`], [`TcpPort`], [`NonEmptyPath`], [`ByteSize`], and [`OrEmpty`] for a flag whose
-//! empty value means "not set".
+//! [`MetricsPath`], [`TcpPort`], [`NonEmptyPath`], [`ByteSize`], and [`OrEmpty`] for a flag
+//! whose empty value means "not set"; in `files`, [`AbsolutePath`], [`HostSocketPath`] and
+//! [`SocketMode`].
 //!
 //! Each implements [`FlagValue`]; [`flag_value!`] gives it argh's `FromArgValue`. A refusal
 //! travels through argh's error text framed by NUL characters, which no command-line word can
@@ -12,6 +13,9 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+mod files;
+pub use files::{AbsolutePath, HostSocketPath, SocketMode};
 
 /// What frames a refusal inside argh's error text.
 const FRAME: char = '\0';
@@ -110,10 +114,13 @@ flag_value!(
     SocketAddress,
     PositiveDuration,
     HttpEndpoint,
-    HttpPath,
+    MetricsPath,
     TcpPort,
     NonEmptyPath,
     ByteSize,
+    AbsolutePath,
+    HostSocketPath,
+    SocketMode,
 );
 
 /// A Unix socket address: `unix:///path`, `unix:/path` or `/path`, absolute and short enough
@@ -188,21 +195,36 @@ impl FlagValue for HttpEndpoint {
     }
 }
 
-/// The path of an HTTP page: `/metrics`.
+/// The path of the metrics page: `/metrics`. Not the health check's `/healthz` (which would
+/// answer instead, and the metrics never be read), and without `?` or `#` (a request's path
+/// never holds them, so the page would never be found).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpPath(String);
+pub struct MetricsPath(String);
 
-impl HttpPath {
+/// The path the health check is served at, beside the metrics page.
+const HEALTH_PATH: &str = "/healthz";
+
+impl MetricsPath {
     pub fn into_string(self) -> String {
         self.0
     }
 }
 
-impl FlagValue for HttpPath {
+impl FlagValue for MetricsPath {
     fn parse(text: &str) -> Result<Self, Refusal> {
-        match text.starts_with('/') {
-            true => Ok(Self(text.to_owned())),
-            false => Err(Refusal::new("must start with /")),
+        if !text.starts_with('/') {
+            return Err(Refusal::new("must start with /"));
+        }
+        if text == HEALTH_PATH {
+            return Err(Refusal::new(format!(
+                "clashes with the health check at {HEALTH_PATH}"
+            )));
+        }
+        match text.contains(['?', '#']) || text.contains(char::is_whitespace) {
+            true => Err(Refusal::new(
+                "a request's path never holds ?, # or spaces; the page could not be found",
+            )),
+            false => Ok(Self(text.to_owned())),
         }
     }
 }
@@ -248,8 +270,8 @@ impl FlagValue for NonEmptyPath {
     }
 }
 
-/// A byte count as Kubernetes writes it: `100Gi`, `500M`, `1073741824`
-/// (see [`crate::quantity`]).
+/// A byte count of more than zero as Kubernetes writes it: `100Gi`, `500M`, `1073741824`
+/// (see [`crate::quantity`]). Zero would refuse every volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteSize(u64);
 
@@ -261,9 +283,12 @@ impl ByteSize {
 
 impl FlagValue for ByteSize {
     fn parse(text: &str) -> Result<Self, Refusal> {
-        crate::quantity::parse_quantity(text)
-            .map(Self)
-            .map_err(Refusal::new)
+        match crate::quantity::parse_quantity(text).map_err(Refusal::new)? {
+            0 => Err(Refusal::new(
+                "must be more than 0; leave it out to use the free space",
+            )),
+            bytes => Ok(Self(bytes)),
+        }
     }
 }
 

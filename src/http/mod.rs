@@ -99,6 +99,12 @@ pub fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
         _ => return Err("the port must be a number from 1 to 65535"),
     }
     let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    // A host of digits and dots is meant as an IPv4 address: no name can be all digits (its
+    // last label may not be), so `999.1.1.1` is a typo, not a name to look up at bind time.
+    let looks_v4 = !host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if looks_v4 && host.parse::<std::net::Ipv4Addr>().is_err() {
+        return Err("the host looks like an IPv4 address but is not one");
+    }
     let valid_host = match bracketed {
         Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
         None => host

@@ -40,7 +40,7 @@ use grpc::{controller, field_limits, group_controller, identity, node};
 #[cfg(doc)]
 use state::layout::StateDir;
 
-use crate::cli::values::{ByteSize, FlagValue, NonEmptyPath, SocketAddress};
+use crate::cli::values::{ByteSize, FlagValue, NonEmptyPath, SocketAddress, SocketMode};
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
@@ -72,16 +72,16 @@ crate::mode_args! {
         /// volume limit reported by NodeGetInfo; 0 states no limit
         #[argh(option, default = "0", arg_name = "int")]
         pub max_volumes_per_node: i64,
-        /// bytes all volumes may take together, e.g. 100Gi (default: the free space of the
-        /// state directory's filesystem when each volume is created)
+        /// bytes all volumes may take together, more than 0, e.g. 100Gi (default: the free
+        /// space of the state directory's filesystem when each volume is created)
         #[argh(option)]
         pub capacity: Option<ByteSize>,
         /// directory holding volumes and their state (default "/var/lib/csi-nodekit")
         #[argh(option, default = "NonEmptyPath::known(\"/var/lib/csi-nodekit\")")]
         pub state_dir: NonEmptyPath,
-        /// file mode of the CSI socket, octal (default 0660)
-        #[argh(option, default = "socket::SocketMode(0o660)", arg_name = "value")]
-        pub socket_mode: socket::SocketMode,
+        /// file mode of the CSI socket, octal permission bits (default 0660)
+        #[argh(option, default = "SocketMode::from_bits(0o660)", arg_name = "value")]
+        pub socket_mode: SocketMode,
         /// numeric group ID to own the CSI socket
         #[argh(option, arg_name = "int")]
         pub socket_group: Option<u32>,
@@ -124,7 +124,7 @@ impl Settings {
         Ok(Self {
             endpoint: args.endpoint.into_path(),
             socket_perms: socket::Permissions {
-                mode: args.socket_mode.0,
+                mode: args.socket_mode.bits(),
                 gid: args.socket_group,
             },
             config,

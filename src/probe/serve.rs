@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::check::{self, ProbeError};
 use crate::cli::values::{
-    FlagValue, HttpEndpoint, HttpPath, OrEmpty, PositiveDuration, SocketAddress, TcpPort,
+    FlagValue, HttpEndpoint, MetricsPath, OrEmpty, PositiveDuration, SocketAddress, TcpPort,
 };
 use crate::gocompat::GoDuration;
 use crate::http::Reply;
@@ -44,9 +44,9 @@ crate::mode_args! {
         /// deprecated: a separate address for metrics, e.g. :8080 (use --http-endpoint)
         #[argh(option, default = "OrEmpty::default()")]
         pub metrics_address: OrEmpty<HttpEndpoint>,
-        /// path of the metrics page (default "/metrics")
-        #[argh(option, default = "HttpPath::known(\"/metrics\")")]
-        pub metrics_path: HttpPath,
+        /// path of the metrics page, not /healthz (default "/metrics")
+        #[argh(option, default = "MetricsPath::known(\"/metrics\")")]
+        pub metrics_path: MetricsPath,
         /// accepted and ignored: livenessprobe v1's, without effect there either
         #[argh(option, arg_name = "duration")]
         pub connection_timeout: Option<GoDuration>,

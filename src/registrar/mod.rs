@@ -15,7 +15,8 @@ use argh::{ArgsInfo, FromArgs};
 pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 
 use crate::cli::values::{
-    self, FlagValue, HttpEndpoint, NonEmptyPath, OrEmpty, PositiveDuration, Refusal, SocketAddress,
+    self, AbsolutePath, FlagValue, HostSocketPath, HttpEndpoint, OrEmpty, PositiveDuration,
+    Refusal, SocketAddress, SocketMode,
 };
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
@@ -30,13 +31,14 @@ crate::mode_args! {
         /// path of the CSI driver socket the registrar connects to (default "/run/csi/socket")
         #[argh(option, default = "SocketAddress::known(\"/run/csi/socket\")")]
         pub csi_address: SocketAddress,
-        /// path of the CSI driver socket on the Kubernetes host, handed to the kubelet
-        /// (required)
+        /// absolute path of the CSI driver socket on the Kubernetes host, handed to the
+        /// kubelet (required)
         #[argh(option)]
-        pub kubelet_registration_path: Option<String>,
-        /// directory where <driver>-reg.sock is created (default "/registration")
-        #[argh(option, default = "NonEmptyPath::known(\"/registration\")")]
-        pub plugin_registration_path: NonEmptyPath,
+        pub kubelet_registration_path: Option<HostSocketPath>,
+        /// absolute path of the directory where <driver>-reg.sock is created (default
+        /// "/registration")
+        #[argh(option, default = "AbsolutePath::known(\"/registration\")")]
+        pub plugin_registration_path: AbsolutePath,
         /// deadline of each GetPluginInfo call and of the /healthz self-check (default 1s)
         #[argh(option, default = "PositiveDuration::from_secs(1)", arg_name = "duration")]
         pub timeout: PositiveDuration,
@@ -57,9 +59,9 @@ crate::mode_args! {
         /// give up if the driver has not answered within this long (default: wait forever)
         #[argh(option, arg_name = "duration")]
         pub driver_wait_limit: Option<GoDuration>,
-        /// file mode of the registration socket, octal (default 0700)
-        #[argh(option, default = "socket::SocketMode(0o700)", arg_name = "value")]
-        pub socket_mode: socket::SocketMode,
+        /// file mode of the registration socket, octal permission bits (default 0700)
+        #[argh(option, default = "SocketMode::from_bits(0o700)", arg_name = "value")]
+        pub socket_mode: SocketMode,
         /// numeric group ID to own the registration socket
         #[argh(option, arg_name = "int")]
         pub socket_group: Option<u32>,
@@ -118,9 +120,7 @@ impl Settings {
     /// Assembles the settings (a missing or excluded flag is a usage error, exit 2); `None`
     /// means "exit at once, successfully" (upstream's probe mode).
     pub fn from_args(args: Args) -> Result<Option<Self>, BoxError> {
-        let Some(kubelet_registration_path) =
-            args.kubelet_registration_path.filter(|p| !p.is_empty())
-        else {
+        let Some(kubelet_registration_path) = args.kubelet_registration_path else {
             return Err(UsageError::new("--kubelet-registration-path is required").into());
         };
         if args.mode == Mode::KubeletRegistrationProbe {
@@ -142,13 +142,13 @@ impl Settings {
         };
         Ok(Some(Self {
             csi_address: args.csi_address.into_path(),
-            kubelet_registration_path,
+            kubelet_registration_path: kubelet_registration_path.into_string(),
             plugin_registration_path: args.plugin_registration_path.into_path(),
             timeout: args.timeout.get(),
             http_endpoint,
             driver_wait_limit: args.driver_wait_limit.map(|d| d.0).filter(|d| !d.is_zero()),
             socket_perms: socket::Permissions {
-                mode: args.socket_mode.0,
+                mode: args.socket_mode.bits(),
                 gid: args.socket_group,
             },
         }))

@@ -39,8 +39,6 @@ pub enum SocketError {
         path.display()
     )]
     NotASocket { path: PathBuf, kind: &'static str },
-    #[error("invalid socket mode {0:?}: expected octal such as 0660")]
-    BadMode(String),
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -95,33 +93,6 @@ pub struct Permissions {
     pub mode: u32,
     /// Group to own the socket, if not the process's.
     pub gid: Option<u32>,
-}
-
-/// Parses an octal mode as given to `--socket-mode` ("0660", "660", "0o660").
-fn parse_mode(text: &str) -> Result<u32, SocketError> {
-    let digits = text.strip_prefix("0o").unwrap_or(text);
-    match u32::from_str_radix(digits, 8) {
-        Ok(mode) if mode <= 0o7777 => Ok(mode),
-        _ => Err(SocketError::BadMode(text.to_owned())),
-    }
-}
-
-/// A `--socket-mode` value: octal, checked while the flags are parsed so that a bad one is
-/// reported as a bad flag.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct SocketMode(pub u32);
-
-impl std::fmt::Debug for SocketMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SocketMode({:04o})", self.0)
-    }
-}
-
-impl std::str::FromStr for SocketMode {
-    type Err = SocketError;
-    fn from_str(text: &str) -> Result<Self, SocketError> {
-        parse_mode(text).map(SocketMode)
-    }
 }
 
 /// Removes a stale socket at `path`, or explains why the path cannot be used.
@@ -411,13 +382,5 @@ mod tests {
         drop(live); // now stale: removed, and ours takes its place
         move_into_place(&staged, &path).unwrap();
         assert!(!staged.exists() && identity_of(&path).is_some());
-    }
-
-    #[test]
-    fn socket_modes_parse_as_octal() {
-        assert_eq!(parse_mode("0660").unwrap(), 0o660);
-        assert_eq!(parse_mode("700").unwrap(), 0o700);
-        assert_eq!(parse_mode("0o755").unwrap(), 0o755);
-        assert!(parse_mode("rw").is_err() && parse_mode("99").is_err());
     }
 }

@@ -311,6 +311,60 @@ pub fn bad_flag_values() -> Vec<BadFlag> {
     ]
 }
 
+/// Flags that upstream takes and then cannot work with: a relative or over-long socket path
+/// handed to the kubelet, a relative registry directory, no capacity at all, special bits on a
+/// socket, an IPv4 address that is none, a metrics page hidden by the health check.
+pub fn unusable_flag_values() -> Vec<BadFlag> {
+    const REG: &str = "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock";
+    /// 109 bytes: longer than a socket address holds.
+    const LONG: &str = "--kubelet-registration-path=/var/lib/kubelet/plugins/hostpath.csi.example.com/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx/csi.sock";
+    vec![
+        (
+            "csi-node-driver-registrar",
+            &["--kubelet-registration-path=plugins/x/csi.sock"],
+            "--kubelet-registration-path",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[LONG],
+            "--kubelet-registration-path",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[REG, "--plugin-registration-path=registration"],
+            "--plugin-registration-path",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[REG, "--socket-mode=07777"],
+            "--socket-mode",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[REG, "--http-endpoint=999.1.1.1:80"],
+            "--http-endpoint",
+        ),
+        ("csi-node-server", &["--capacity=0"], "--capacity"),
+        ("csi-node-server", &["--socket-mode=07777"], "--socket-mode"),
+        ("csi-node-server", &["--socket-mode=4660"], "--socket-mode"),
+        (
+            "livenessprobe",
+            &["--http-endpoint=999.1.1.1:80"],
+            "--http-endpoint",
+        ),
+        (
+            "livenessprobe",
+            &["--metrics-address=999.1.1.1:8080"],
+            "--metrics-address",
+        ),
+        (
+            "livenessprobe",
+            &["--metrics-path=/healthz"],
+            "--metrics-path",
+        ),
+    ]
+}
+
 /// Whether `out` is a refusal as upstream gives it: exit 2, one line naming `flag` on stderr,
 /// nothing on stdout.
 pub fn refused_naming(out: &Output, flag: &str) -> bool {
@@ -323,7 +377,7 @@ pub fn refused_naming(out: &Output, flag: &str) -> bool {
 
 #[test]
 fn every_bad_flag_value_exits_2_with_one_line_naming_the_flag_before_anything_starts() {
-    for (name, args, flag) in bad_flag_values() {
+    for (name, args, flag) in bad_flag_values().into_iter().chain(unusable_flag_values()) {
         let out = run_as(name, args);
         let err = text(&out.stderr);
         assert!(

@@ -201,13 +201,20 @@ pub fn base_command(proc_root: &Path, extra: &[&str]) -> Command {
     command
 }
 
+/// An empty process table (a `--proc-root` must exist), shared by every run.
+pub fn empty_proc() -> PathBuf {
+    let dir = std::env::temp_dir().join("csi-nodekit-tests-empty-proc");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The doctor command against a kubelet root, with an empty process table (so the machine's
 /// own processes play no part), plus `extra`.
 pub fn command(root: &Path, extra: &[&str]) -> Command {
     let root_flag = format!("--kubelet-root={}", root.display());
     let mut all = vec![root_flag.as_str()];
     all.extend_from_slice(extra);
-    base_command(&root.join("no-such-proc"), &all)
+    base_command(&empty_proc(), &all)
 }
 
 /// Runs a prepared command to its end off the async threads (the fakes are served there).

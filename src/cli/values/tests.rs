@@ -50,8 +50,26 @@ fn http_values_are_checked_as_the_servers_need_them() {
         "port 0 would pick a random port no probe can find"
     );
     assert_eq!(why::<HttpEndpoint>("banana"), "expected host:port or :port");
-    assert_eq!(HttpPath::known("/metrics").into_string(), "/metrics");
-    assert_eq!(why::<HttpPath>("metrics"), "must start with /");
+    assert_eq!(
+        why::<HttpEndpoint>("999.1.1.1:80"),
+        "the host looks like an IPv4 address but is not one"
+    );
+    assert_eq!(
+        HttpEndpoint::parse("10.0.0.1:80").unwrap().into_string(),
+        "10.0.0.1:80"
+    );
+    assert_eq!(MetricsPath::known("/metrics").into_string(), "/metrics");
+    assert_eq!(why::<MetricsPath>("metrics"), "must start with /");
+    assert_eq!(
+        why::<MetricsPath>("/healthz"),
+        "clashes with the health check at /healthz"
+    );
+    for never_requested in ["/metrics?x=1", "/m#top", "/my metrics"] {
+        assert!(
+            why::<MetricsPath>(never_requested).starts_with("a request's path never holds"),
+            "{never_requested}"
+        );
+    }
 }
 
 #[test]
@@ -78,6 +96,13 @@ fn paths_sizes_and_empty_values() {
         why::<ByteSize>("10 parsecs"),
         "invalid size \"10 parsecs\": expected bytes such as 10Gi, 500M or 1073741824"
     );
+    for zero in ["0", "0Gi", "0M"] {
+        assert_eq!(
+            why::<ByteSize>(zero),
+            "must be more than 0; leave it out to use the free space",
+            "{zero}"
+        );
+    }
     assert_eq!(OrEmpty::<HttpEndpoint>::parse(""), Ok(OrEmpty(None)));
     assert!(
         OrEmpty::<HttpEndpoint>::parse(":1")

@@ -332,8 +332,33 @@ async fn check_endpoint(
     }
 }
 
-/// The endpoint is not on the host: usually a container path given as the host path.
+/// The endpoint is not on the host: usually a container path given as the host path — unless
+/// the doctor looks at the host under a prefix, where the endpoint is: then changing the
+/// registrar would break a working driver, and the hint is to run the doctor right.
 fn missing_endpoint(ctx: &Context, driver: &str, shown: &Path) -> Finding {
+    if let Some(prefix) = &ctx.host_prefix {
+        let under = prefix.join(shown.strip_prefix("/").unwrap_or(shown));
+        if super::scan::Kind::of(&under).ok().flatten() == Some(super::scan::Kind::Socket) {
+            return Finding::warning(
+                "endpoint.under-prefix",
+                format!(
+                    "the endpoint {} is not in the doctor's filesystem, but {} is a socket",
+                    shown.display(),
+                    under.display()
+                ),
+                format!(
+                    "the endpoint is a host path, and the doctor sees the host under {} \
+                     (root.prefixed): the kubelet finds it; this driver was not checked further",
+                    prefix.display()
+                ),
+                format!(
+                    "run the doctor with --host-root={} to check it; do not change the \
+                     registrar's --kubelet-registration-path",
+                    prefix.display()
+                ),
+            );
+        }
+    }
     let mut means = String::from(
         "the kubelet cannot connect to the driver: either the driver is not running (its \
          socket gone) or the registrar was given a path that exists only inside its container",

@@ -35,15 +35,24 @@ pub use finding::{Finding, Severity};
 pub use report::Report;
 pub use settings::{ApiAccess, Args, Host, Settings, SettingsError};
 
-use crate::BoxError;
 use crate::runtime::Threads;
+use crate::{BoxError, Reported, UsageError};
 
-/// Why the doctor exits 1.
+/// Why the doctor could not check the node: `main` exits 2 with it, and no report is printed
+/// (a report would read as a diagnosis of a node the doctor never saw).
 #[derive(Debug, thiserror::Error)]
-pub enum DoctorError {
-    /// The report has errors; it was printed.
-    #[error("the doctor found {errors} {}", if *errors == 1 { "error" } else { "errors" })]
-    Unhealthy { errors: usize },
+pub enum CannotCheck {
+    #[error(
+        "must run as root: as uid {0} it cannot read the kubelet's directories or connect to \
+         its sockets, and would report a broken node as healthy"
+    )]
+    NotRoot(u32),
+    #[error("--host-root {}: {source}", .path.display())]
+    HostRoot { path: PathBuf, source: io::Error },
+    #[error("--proc-root {}: {source}", .path.display())]
+    ProcRoot { path: PathBuf, source: io::Error },
+    #[error("cannot list {}: {source}", .path.display())]
+    Unreadable { path: PathBuf, source: io::Error },
 }
 
 /// What the chain checks share.
@@ -58,6 +67,9 @@ pub struct Context {
     /// Whether a refused connection says something about the kubelet (a root doctor) or only
     /// about the doctor.
     doctor_is_root: bool,
+    /// The prefix of a `--kubelet-root` given as a host seen under it, without `--host-root`
+    /// ([`root::host_prefix`]): the plugins' host paths are then there.
+    host_prefix: Option<PathBuf>,
 }
 
 /// Diagnoses, prints the report, and fails when it has errors.
@@ -66,12 +78,41 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         workers: 2,
         blocking: None,
     };
+    able_to_check(&settings)?;
     // A filesystem call stuck on a hung mount must not keep the process alive.
-    let report = crate::runtime::run_detached(threads, async { Ok(diagnose(&settings).await) })?;
+    let diagnosed = crate::runtime::run_detached(threads, async { Ok(diagnose(&settings).await) })?;
+    let report = diagnosed.map_err(UsageError::new)?;
     println!("{}", report.render(settings.output));
     match report.count(Severity::Error) {
         0 => Ok(()),
-        errors => Err(DoctorError::Unhealthy { errors }.into()),
+        // The report says what is wrong; the doctor itself did not fail.
+        errors => Err(Reported(format!("the doctor found {errors} error(s)")).into()),
+    }
+}
+
+/// What the doctor needs before it can tell anything: root, and the roots it was given.
+fn able_to_check(settings: &Settings) -> Result<(), UsageError> {
+    let euid = nix::unistd::geteuid();
+    if !euid.is_root() {
+        return Err(UsageError::new(CannotCheck::NotRoot(euid.as_raw())));
+    }
+    let directory = |path: &Path| std::fs::read_dir(path).map(drop);
+    if let Some(root) = &settings.host.root {
+        directory(root).map_err(|source| {
+            UsageError::new(CannotCheck::HostRoot {
+                path: root.clone(),
+                source,
+            })
+        })?;
+    }
+    match settings.proc_root_given {
+        true => directory(&settings.proc_root).map_err(|source| {
+            UsageError::new(CannotCheck::ProcRoot {
+                path: settings.proc_root.clone(),
+                source,
+            })
+        }),
+        false => Ok(()),
     }
 }
 
@@ -84,8 +125,9 @@ async fn blocking<T: Send + 'static>(
     tokio::time::timeout(limit, task).await.ok()?.ok()
 }
 
-/// The whole diagnosis; every plugin concurrently.
-pub async fn diagnose(settings: &Settings) -> Report {
+/// The whole diagnosis; every plugin concurrently. A registry that is there but cannot be
+/// listed means the doctor could not check.
+pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     let started = Instant::now();
     let host = settings.host.clone();
     let scan_limit = settings.timeout * 2;
@@ -108,7 +150,7 @@ pub async fn diagnose(settings: &Settings) -> Report {
     let Some(root) = decision.path else {
         report.node = node;
         report.elapsed = started.elapsed();
-        return report;
+        return Ok(report);
     };
     let registry = root.join("plugins_registry");
     let (scan_host, scan_root) = (host.clone(), root.clone());
@@ -128,13 +170,20 @@ pub async fn diagnose(settings: &Settings) -> Report {
         ));
         report.node = node;
         report.elapsed = started.elapsed();
-        return report;
+        return Ok(report);
     };
     let registry_ok = entries.is_ok();
-    let entries = entries.unwrap_or_else(|e| {
-        node.push(registry_unusable(&registry, &e));
-        Vec::new()
-    });
+    let entries = match entries {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            node.push(registry_missing(&registry));
+            Vec::new()
+        }
+        Err(source) => {
+            let path = host.path(&registry);
+            return Err(CannotCheck::Unreadable { path, source });
+        }
+    };
     node.extend(others);
     let (sockets, found) = node::classify(entries);
     node.extend(found);
@@ -159,6 +208,11 @@ pub async fn diagnose(settings: &Settings) -> Report {
             })
         }),
         doctor_is_root: nix::unistd::geteuid().is_root(),
+        host_prefix: settings
+            .kubelet_root
+            .as_deref()
+            .and_then(|given| root::host_prefix(given, &settings.host))
+            .map(|(prefix, _)| prefix),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (index, socket) in sockets.into_iter().enumerate() {
@@ -170,9 +224,18 @@ pub async fn diagnose(settings: &Settings) -> Report {
     let mut plugins: Vec<chain::Plugin> = plugins.into_iter().map(|(_, p)| p).collect();
     node::cross_check(&mut plugins);
     node.extend(node::unannounced(ctx.clone(), plugin_sockets, &plugins).await);
+    // Without the kube-api feature, `Off` is the only way.
+    #[allow(irrefutable_let_patterns)]
+    if let ApiAccess::Off(why) = &settings.api {
+        node.push(Finding::info(
+            "api.skipped",
+            "the comparison with the CSINode, CSIDriver and Node objects was skipped",
+            format!("the Kubernetes API was not read: {why}"),
+        ));
+    }
     #[cfg(feature = "kube-api")]
     match &settings.api {
-        ApiAccess::Off => {}
+        ApiAccess::Off(_) => {}
         ApiAccess::On(access) => {
             report.api = Some(access.describe());
             node.extend(
@@ -189,24 +252,15 @@ pub async fn diagnose(settings: &Settings) -> Report {
     report.node = node;
     report.plugins = plugins;
     report.elapsed = started.elapsed();
-    report
+    Ok(report)
 }
 
-fn registry_unusable(registry: &Path, error: &io::Error) -> Finding {
-    if error.kind() == io::ErrorKind::NotFound {
-        Finding::error(
-            "root.no-registry",
-            format!("{} does not exist", registry.display()),
-            "the kubelet creates it when it starts: this is not the kubelet's root, or no \
-             kubelet ever ran here",
-            "give --kubelet-root the kubelet's --root-dir (the doctor never creates it)",
-        )
-    } else {
-        Finding::error(
-            "root.no-registry",
-            format!("cannot list {}: {error}", registry.display()),
-            "the doctor cannot see the registration sockets",
-            "run the doctor as root with the kubelet directory mounted",
-        )
-    }
+fn registry_missing(registry: &Path) -> Finding {
+    Finding::error(
+        "root.no-registry",
+        format!("{} does not exist", registry.display()),
+        "the kubelet creates it when it starts: this is not the kubelet's root, or no kubelet \
+         ever ran here",
+        "give --kubelet-root the kubelet's --root-dir (the doctor never creates it)",
+    )
 }

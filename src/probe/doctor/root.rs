@@ -206,6 +206,69 @@ pub fn find_kubelets(proc_root: &Path, host: &Host) -> Vec<KubeletProcess> {
     found
 }
 
+/// Every kubelet running, each with its root: only one should, and the doctor checks the
+/// root of the first (the lowest PID) unless `--kubelet-root` says otherwise.
+fn several_kubelets(
+    first: &KubeletProcess,
+    kubelets: &[KubeletProcess],
+    given: Option<&Path>,
+) -> Finding {
+    let listed: Vec<String> = kubelets
+        .iter()
+        .map(|k| format!("{} (pid {}, root {})", k.program, k.pid, k.root.display()))
+        .collect();
+    let mut means = String::from("only one kubelet should run on a node");
+    let checked = given.unwrap_or(&first.root);
+    means.push_str(&format!("; the doctor checks {}", checked.display()));
+    let others: Vec<String> = kubelets
+        .iter()
+        .filter(|k| k.root != checked)
+        .map(|k| k.root.display().to_string())
+        .collect();
+    let fix = match others.first() {
+        Some(other) => {
+            means.push_str(&format!(", not {}", others.join(", ")));
+            format!(
+                "stop the kubelet that should not run; to check the other root, run the doctor \
+                 again with --kubelet-root={other}"
+            )
+        }
+        None => "stop the kubelet that should not run".to_owned(),
+    };
+    Finding::warning(
+        "root.several-kubelets",
+        format!(
+            "{} kubelet processes run: {}",
+            kubelets.len(),
+            listed.join("; ")
+        ),
+        means,
+        fix,
+    )
+}
+
+/// A `--kubelet-root` given as a known root under a prefix (`/host/var/lib/kubelet`) while no
+/// `--host-root` is: the prefix and the known root it ends with.
+pub fn host_prefix(given: &Path, host: &Host) -> Option<(PathBuf, &'static str)> {
+    let is_known = KNOWN_ROOTS
+        .iter()
+        .any(|(known, _)| given == Path::new(known));
+    if host.root.is_some() || is_known {
+        return None;
+    }
+    // The longest known root it ends with: MicroK8s' ends with the default's.
+    let matches = KNOWN_ROOTS.iter().filter_map(|(known, _)| {
+        let relative = Path::new(known).strip_prefix("/").ok()?;
+        let given_names: Vec<_> = given.components().collect();
+        let known_names: Vec<_> = relative.components().collect();
+        let cut = given_names.len().checked_sub(known_names.len())?;
+        let prefix: PathBuf = given_names[..cut].iter().collect();
+        let real_prefix = prefix != Path::new("/") && prefix.as_os_str().len() > 1;
+        (real_prefix && given_names[cut..] == known_names[..]).then_some((prefix, *known))
+    });
+    matches.max_by_key(|(_, known)| known.len())
+}
+
 /// Chooses the root; the findings say which and why.
 pub fn decide(
     given: Option<&Path>,
@@ -214,13 +277,30 @@ pub fn decide(
 ) -> (Decision, Vec<Finding>) {
     let mut findings = Vec::new();
     let running = kubelets.first();
-    if kubelets.len() > 1 {
-        let pids: Vec<String> = kubelets.iter().map(|k| k.pid.to_string()).collect();
+    if let [first, ..] = kubelets
+        && kubelets.len() > 1
+    {
+        findings.push(several_kubelets(first, kubelets, given));
+    }
+    if let Some(path) = given
+        && let Some((prefix, known)) = host_prefix(path, host)
+    {
         findings.push(Finding::warning(
-            "root.several-kubelets",
-            format!("several kubelet processes run: pids {}", pids.join(", ")),
-            "only one kubelet should run on a node; the doctor follows the first",
-            "stop the kubelet that should not run",
+            "root.prefixed",
+            format!(
+                "--kubelet-root {} is the host's {known} seen under {}",
+                path.display(),
+                prefix.display()
+            ),
+            format!(
+                "plugins announce host paths ({known}/plugins/…), which the doctor then looks \
+                 up outside {}: a working driver would look broken",
+                prefix.display()
+            ),
+            format!(
+                "run the doctor with --host-root={} --kubelet-root={known} instead",
+                prefix.display()
+            ),
         ));
     }
     let decision = if let Some(path) = given {
@@ -351,6 +431,33 @@ mod tests {
         assert_eq!(
             expand("$SNAP_COMMON/x", &environ),
             "/var/snap/microk8s/common/x"
+        );
+    }
+
+    #[test]
+    fn a_known_root_under_a_prefix_is_told_apart_from_the_known_root_itself() {
+        let own = Host::default();
+        let prefixed = |p: &str| host_prefix(Path::new(p), &own);
+        assert_eq!(
+            prefixed("/host/var/snap/microk8s/common/var/lib/kubelet"),
+            Some((
+                PathBuf::from("/host"),
+                "/var/snap/microk8s/common/var/lib/kubelet"
+            ))
+        );
+        assert_eq!(
+            prefixed("/mnt/node/var/lib/kubelet"),
+            Some((PathBuf::from("/mnt/node"), DEFAULT_ROOT))
+        );
+        assert_eq!(prefixed("/var/lib/kubelet"), None);
+        assert_eq!(prefixed("/var/snap/microk8s/common/var/lib/kubelet"), None);
+        assert_eq!(prefixed("/data/kubelet"), None);
+        let under = Host {
+            root: Some(PathBuf::from("/host")),
+        };
+        assert_eq!(
+            host_prefix(Path::new("/host/var/lib/kubelet"), &under),
+            None
         );
     }
 

@@ -18,7 +18,9 @@ pub enum Kind {
     Directory,
     /// A symbolic link whose target does not exist.
     DanglingLink,
-    Other,
+    Fifo,
+    BlockDevice,
+    CharDevice,
 }
 
 impl Kind {
@@ -28,7 +30,20 @@ impl Kind {
             Self::Regular => "regular file",
             Self::Directory => "directory",
             Self::DanglingLink => "dangling symbolic link",
-            Self::Other => "special file",
+            Self::Fifo => "FIFO (named pipe)",
+            Self::BlockDevice => "block device",
+            Self::CharDevice => "character device",
+        }
+    }
+
+    /// The kind of the host path `path`, following links inside the host root only: a link
+    /// whose target is not there (on the host) is dangling.
+    pub fn at(host: &Host, path: &Path) -> io::Result<Option<Kind>> {
+        match Self::of(&host.path(path))? {
+            None if std::fs::symlink_metadata(host.entry(path)).is_ok() => {
+                Ok(Some(Kind::DanglingLink))
+            }
+            kind => Ok(kind),
         }
     }
 
@@ -50,10 +65,20 @@ impl Kind {
             Kind::Regular
         } else if kind.is_dir() {
             Kind::Directory
+        } else if kind.is_fifo() {
+            Kind::Fifo
+        } else if kind.is_block_device() {
+            Kind::BlockDevice
         } else {
-            Kind::Other
+            Kind::CharDevice
         }))
     }
+}
+
+/// Whether `path` is named as a registration socket (`<driver>-reg.sock`).
+pub fn registration_name(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| crate::plugin_registry::driver_of(&n.to_string_lossy()).is_some())
 }
 
 /// One entry of the registry, by its host path.
@@ -90,6 +115,8 @@ fn list(host: &Host, dir: &Path) -> io::Result<Vec<PathBuf>> {
 /// are walked (the kubelet watches recursively), links to directories are not.
 pub fn registry(host: &Host, registry: &Path) -> io::Result<Vec<Entry>> {
     let device = std::fs::metadata(host.path(registry))?.dev();
+    // The registry itself must be listable: an unreadable one is not an empty one.
+    list(host, registry)?;
     let mut out = Vec::new();
     let mut pending = vec![(registry.to_owned(), 0)];
     while let Some((dir, depth)) = pending.pop() {
@@ -97,16 +124,22 @@ pub fn registry(host: &Host, registry: &Path) -> io::Result<Vec<Entry>> {
             continue;
         };
         for path in children.into_iter().rev() {
-            let local = host.path(&path);
-            let is_dir =
-                std::fs::symlink_metadata(&local).is_ok_and(|m| m.is_dir() && m.dev() == device);
+            let is_dir = std::fs::symlink_metadata(host.entry(&path))
+                .is_ok_and(|m| m.is_dir() && m.dev() == device);
             if is_dir {
+                // A directory with a registration socket's name stops both registrars.
+                if registration_name(&path) {
+                    out.push(Entry {
+                        path: path.clone(),
+                        kind: Kind::Directory,
+                    });
+                }
                 if depth + 1 < REGISTRY_DEPTH {
                     pending.push((path, depth + 1));
                 }
                 continue;
             }
-            if let Ok(Some(kind)) = Kind::of(&local) {
+            if let Ok(Some(kind)) = Kind::at(host, &path) {
                 out.push(Entry { path, kind });
             }
         }
@@ -129,7 +162,7 @@ pub fn plugin_sockets(host: &Host, plugins: &Path) -> Vec<PathBuf> {
             if path.file_name().is_some_and(|n| n == "kubernetes.io") {
                 continue;
             }
-            let Ok(meta) = std::fs::symlink_metadata(host.path(&path)) else {
+            let Ok(meta) = std::fs::symlink_metadata(host.entry(&path)) else {
                 continue;
             };
             if meta.dev() != device {

@@ -26,9 +26,9 @@ use std::sync::Arc;
 use argh::{ArgsInfo, FromArgs};
 use tokio::sync::mpsc::{self, UnboundedSender};
 
+use crate::BoxError;
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-use crate::{BoxError, UsageError};
 pub use report::{Event, Failure, NodeView, Output, Registration, Report, Retry};
 use state::Shared;
 
@@ -54,8 +54,8 @@ crate::mode_args! {
         #[argh(switch)]
         pub once: bool,
         /// report format: text or json (default "text")
-        #[argh(option, default = "String::from(\"text\")")]
-        pub output: String,
+        #[argh(option, default = "Output::Text")]
+        pub output: Output,
     }
 }
 
@@ -153,7 +153,7 @@ pub struct Settings {
 impl Settings {
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
         Ok(Self {
-            output: args.output.parse().map_err(UsageError::new)?,
+            output: args.output,
             once: args.once,
             config: Config {
                 registry: args.plugins_registry,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::csinode::NODE_ID_ANNOTATION;
+use crate::cli::values::{FlagValue, Refusal};
 
 /// How events and reports are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,21 +17,17 @@ pub enum Output {
     Json,
 }
 
-/// An `--output` we do not know.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown output format {0:?}: expected text or json")]
-pub struct UnknownOutput(pub String);
-
-impl std::str::FromStr for Output {
-    type Err = UnknownOutput;
-    fn from_str(text: &str) -> Result<Self, UnknownOutput> {
+impl FlagValue for Output {
+    fn parse(text: &str) -> Result<Self, Refusal> {
         match text {
             "text" => Ok(Self::Text),
             "json" => Ok(Self::Json),
-            other => Err(UnknownOutput(other.to_owned())),
+            _ => Err(Refusal::new("expected text or json")),
         }
     }
 }
+
+crate::cli::values::flag_value!(Output);
 
 /// What the kubelet would have written to the API server, at one moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -314,14 +311,11 @@ mod tests {
 
     #[test]
     fn output_formats_parse_and_unknown_ones_are_named() {
-        assert_eq!("json".parse::<Output>(), Ok(Output::Json));
-        assert_eq!("text".parse::<Output>(), Ok(Output::Text));
-        assert!(
-            "yaml"
-                .parse::<Output>()
-                .unwrap_err()
-                .to_string()
-                .contains("\"yaml\"")
+        assert_eq!(Output::parse("json"), Ok(Output::Json));
+        assert_eq!(Output::parse("text"), Ok(Output::Text));
+        assert_eq!(
+            Output::parse("yaml").unwrap_err().why(),
+            "expected text or json"
         );
     }
 
