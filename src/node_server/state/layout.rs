@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! <state-dir>/                        canonical (mount points in mountinfo are)
+//!   node-server.lock                  flocked by the one node-server using the directory
 //!   meta/<volume-id>.json             a volume's record
 //!   volumes/<volume-id>/              its data: a filesystem volume's tree, or
 //!   volumes/<volume-id>/volume.img      a block volume's file
@@ -24,6 +25,8 @@ const VOLUME_DATA: &str = "volumes";
 const SNAPSHOT_RECORDS: &str = "snapshot-meta";
 const SNAPSHOT_DATA: &str = "snapshots";
 const GROUP_RECORDS: &str = "group-meta";
+/// The owner's lock file (see [`super::owner`]).
+const OWNER_LOCK: &str = "node-server.lock";
 /// A block volume's file, in its directory (and so in its snapshots' copies).
 const BLOCK_IMAGE: &str = "volume.img";
 const RECORD_SUFFIX: &str = ".json";
@@ -82,6 +85,11 @@ impl StateDir {
     /// The state directory itself, canonical.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The file the one node-server using this directory holds an exclusive `flock` on.
+    pub fn owner_lock(&self) -> PathBuf {
+        self.root.join(OWNER_LOCK)
     }
 
     /// Where volume directories are.
@@ -233,6 +241,10 @@ mod tests {
             "/var/lib/csi-nodekit/group-meta/group-1.json"
         );
         assert_eq!(at(state.volume_data()), "/var/lib/csi-nodekit/volumes");
+        assert_eq!(
+            at(&state.owner_lock()),
+            "/var/lib/csi-nodekit/node-server.lock"
+        );
         assert_eq!(at(state.snapshot_data()), "/var/lib/csi-nodekit/snapshots");
     }
 
