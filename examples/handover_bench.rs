@@ -37,7 +37,9 @@ fn node_server(dir: &Path, waits: bool) -> Proc {
             }
         }
     });
-    let line = heard.recv_timeout(Duration::from_secs(10)).expect("a start-up line");
+    let line = heard
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a start-up line");
     assert_eq!(line.contains("waiting"), waits, "{line}");
     Proc(child)
 }

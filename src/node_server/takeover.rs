@@ -17,10 +17,10 @@ use super::grpc::identity::WaitingIdentity;
 use super::state::layout::StateDir;
 use super::state::owner::{Owner, OwnerError};
 use super::{Settings, bounded_server};
+use crate::BoxError;
 use crate::proto::csi::identity_server::IdentityServer;
 use crate::shutdown::Shutdown;
 use crate::socket::{self, SocketError, SocketGuard};
-use crate::BoxError;
 
 /// `--state-dir-busy`: what to do when another node-server holds the state directory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,7 +39,9 @@ impl FromStr for Busy {
         match s {
             "wait" => Ok(Self::Wait),
             "exit" => Ok(Self::Exit),
-            other => Err(format!("--state-dir-busy must be wait or exit, not {other:?}")),
+            other => Err(format!(
+                "--state-dir-busy must be wait or exit, not {other:?}"
+            )),
         }
     }
 }
@@ -125,10 +127,7 @@ fn bind_if_free(settings: &Settings) -> Result<Option<Bound>, BoxError> {
 
 /// Serves [`WaitingIdentity`] on a second descriptor of the socket, so that stopping it leaves
 /// the socket listening (connections queued meanwhile are the plugin's to accept).
-fn serve_waiting(
-    bound: &Bound,
-    why: String,
-) -> Result<tokio::task::JoinHandle<()>, BoxError> {
+fn serve_waiting(bound: &Bound, why: String) -> Result<tokio::task::JoinHandle<()>, BoxError> {
     let listener = bound.listener.try_clone()?;
     listener.set_nonblocking(true)?;
     let listener = tokio::net::UnixListener::from_std(listener)?;

@@ -19,3 +19,4 @@ mod snapshot_crash;
 mod snapshot_errors;
 mod snapshot_fs;
 mod snapshots;
+mod state_dir_owner;
