@@ -92,7 +92,10 @@ pub async fn take(settings: &Settings, shutdown: Shutdown) -> Result<Option<Take
     let waiting_on = state_dir.clone();
     std::thread::Builder::new()
         .name("state-dir-wait".into())
-        .spawn(move || sender.send(Owner::wait(&waiting_on)))?;
+        .spawn(move || {
+            // The receiver is gone only when shutdown began meanwhile.
+            let _ = sender.send(Owner::wait(&waiting_on));
+        })?;
     let socket = bind_if_free(settings)?;
     let waiting_server = socket
         .as_ref()
