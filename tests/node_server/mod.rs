@@ -13,6 +13,7 @@ mod modify;
 mod mount_table;
 mod node_errors;
 mod oversize_requests;
+mod private_state;
 mod quota_modes;
 mod sanity;
 mod snapshot_crash;

@@ -120,6 +120,7 @@ impl Driver {
     ) -> Result<Self, OpenError> {
         config.check()?;
         let state_dir = owner.state_dir().clone();
+        state_dir.make_private()?;
         // Decided before the records load, so a refusal is the only thing said.
         let data_dir = Volumes::create_data_dir(&state_dir)?;
         let quotas = VolumeQuotas::start(data_dir, config.quota)?;
