@@ -8,6 +8,7 @@ pub(crate) mod careless_requests;
 mod concurrency;
 mod controller_errors;
 mod group_snapshots;
+mod interrupted_delete;
 mod lifecycle;
 mod modify;
 mod mount_table;

@@ -126,6 +126,10 @@ impl Driver {
         let quotas = VolumeQuotas::start(data_dir, config.quota)?;
         let volumes = Volumes::open_with(&state_dir, config.capacity, quotas)?;
         volumes.remove_unrecorded()?;
+        match mounter.mount_table() {
+            Ok(table) => volumes.finish_deletes(&table),
+            Err(e) => log::error!("interrupted deletions left for DeleteVolume: {e}"),
+        }
         let snapshots = Snapshots::open(&state_dir)?;
         volumes.charge_loaded(snapshots.total_bytes());
         Ok(Self {
