@@ -15,5 +15,6 @@ mod registration;
 mod restarts;
 mod snapshot_requests;
 mod socket_paths;
+mod state_dir_owners;
 mod tally;
 mod volumes;

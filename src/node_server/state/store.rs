@@ -61,6 +61,11 @@ pub struct Record {
         with = "access_type"
     )]
     pub block: bool,
+    /// DeleteVolume began: written before any data is removed, so a crash or a file that
+    /// cannot be removed leaves a volume that is not listed and whose deletion the next
+    /// DeleteVolume or start-up finishes. Absent (`false`) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
     /// Where NodeStageVolume staged it (resolved paths): a NodeUnpublishVolume there is
     /// refused. Absent in records from before it was kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -194,3 +194,22 @@ fn a_group_without_a_member_per_source_is_refused_saying_so() {
         "refused: 2 source volume(s) but 1 member snapshot(s)"
     );
 }
+
+#[test]
+fn a_volume_being_deleted_says_so_in_its_record_and_others_do_not_mention_it() {
+    let plain = serde_json::to_string(&record("vol-1")).unwrap();
+    assert!(!plain.contains("deleting"), "{plain}");
+    let marked = Record {
+        deleting: true,
+        ..record("vol-1")
+    };
+    let text = serde_json::to_string(&marked).unwrap();
+    assert!(text.contains("\"deleting\":true"), "{text}");
+    let back: Record = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, marked);
+    let old: Record = serde_json::from_str(&plain).unwrap();
+    assert!(
+        !old.deleting,
+        "records from before the mark read as not deleting"
+    );
+}
