@@ -2,12 +2,15 @@
 # Prints node-server figures: resident memory of the static release binary (idle, after a
 # lifecycle, after load) and NodePublish+NodeUnpublish pairs per second with real bind
 # mounts at concurrency 1, 8 and 32; then the same pairs for raw block volumes (a loop device's
-# node bound onto a target file) at concurrency 1 and 8, read-write and read-only. Needs root; runs in a private mount namespace so the
+# node bound onto a target file) at concurrency 1 and 8, read-write and read-only; and the state
+# directory's hand-over from one instance to the next (examples/handover_bench.rs). Needs root; runs in a private mount namespace so the
 # benchmark's mounts never reach the host. BENCH_SECONDS sets the time per level (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build-static.sh >&2
-cargo build --release --locked --example node_server_bench --example block_bench >&2
+cargo build --release --locked --example node_server_bench --example block_bench --example handover_bench >&2
 unshare --mount --propagation private target/release/examples/node_server_bench
 echo
-exec unshare --mount --propagation private target/release/examples/block_bench
+unshare --mount --propagation private target/release/examples/block_bench
+echo
+exec target/release/examples/handover_bench

@@ -23,6 +23,7 @@ pub mod config;
 pub(crate) mod driver;
 pub mod grpc;
 pub mod state;
+pub mod takeover;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -89,6 +90,10 @@ crate::mode_args! {
         /// on (or refuse to start), off (never touch quotas) (default auto)
         #[argh(option, default = "quota::Mode::Auto", arg_name = "value")]
         pub quota: quota::Mode,
+        /// when another node-server holds the state directory: wait (without serving) and
+        /// take over when it exits, or exit (exit 1 at once) (default wait)
+        #[argh(option, default = "takeover::Busy::Wait", arg_name = "value")]
+        pub state_dir_busy: takeover::Busy,
         /// advertise the GET_SNAPSHOT controller capability (GetSnapshot is served either
         /// way; csi-sanity before v5.5 fails on the capability)
         #[argh(switch)]
@@ -102,6 +107,8 @@ crate::mode_args! {
 pub struct Settings {
     pub endpoint: PathBuf,
     pub socket_perms: socket::Permissions,
+    /// `--state-dir-busy`.
+    pub state_dir_busy: takeover::Busy,
     pub config: Config,
 }
 
@@ -127,6 +134,7 @@ impl Settings {
                 mode: args.socket_mode.0,
                 gid: args.socket_group,
             },
+            state_dir_busy: args.state_dir_busy,
             config,
         })
     }
@@ -151,6 +159,15 @@ impl Plugin {
             driver: Arc::new(driver),
         })
     }
+
+    /// Opens the state directory `owner` holds, with the real mounter and loop devices.
+    pub fn open_owned(config: Config, owner: state::owner::Owner) -> Result<Self, OpenError> {
+        let loops = Arc::new(crate::linux::loopdev::KernelLoops);
+        let driver = driver::Driver::open_owned(config, Arc::new(LinuxMounter), loops, owner)?;
+        Ok(Self {
+            driver: Arc::new(driver),
+        })
+    }
 }
 
 /// `$NODE_NAME`, else the kernel's host name.
@@ -170,9 +187,9 @@ pub fn main(args: Args) -> Result<(), BoxError> {
     run(Settings::from_args(args)?)
 }
 
-/// Opens the plugin, binds the socket and serves until SIGTERM or SIGINT.
+/// Takes the state directory (waiting for another instance to exit, as `--state-dir-busy`
+/// says), opens the plugin, binds the socket and serves until SIGTERM or SIGINT.
 pub fn run(settings: Settings) -> Result<(), BoxError> {
-    let plugin = Plugin::open(settings.config)?;
     // Two workers serve gRPC. Blocking work is mostly mount syscalls, which the kernel
     // serialises per mount namespace, so a small blocking pool loses no throughput and keeps
     // memory flat under load (measured: 32 concurrent publishers grew the default pool to 45
@@ -182,7 +199,20 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         blocking: Some(4),
     };
     crate::runtime::serve(threads, |shutdown| async move {
-        let (listener, _guard) = socket::bind_tokio(&settings.endpoint, settings.socket_perms)?;
+        let Some(taken) = takeover::take(&settings, shutdown.clone()).await? else {
+            return Ok(());
+        };
+        let config = settings.config.clone();
+        let open = move || Plugin::open_owned(config, taken.owner);
+        let plugin = tokio::task::spawn_blocking(open).await??;
+        let (listener, _guard) = match taken.socket {
+            Some(bound) => {
+                bound.listener.set_nonblocking(true)?;
+                let listener = tokio::net::UnixListener::from_std(bound.listener)?;
+                (listener, bound.guard)
+            }
+            None => socket::bind_tokio(&settings.endpoint, settings.socket_perms)?,
+        };
         let config = &plugin.driver.config;
         log::info!(
             "serving CSI driver {} for node {} on {}",

@@ -212,7 +212,10 @@ pub fn bind(
 ) -> Result<(std::os::unix::net::UnixListener, SocketGuard), SocketError> {
     check_length(path)?;
     let parent = path.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(parent).map_err(io_err("create directory", parent))?;
+    // 0755 whatever the umask: a world-writable parent would let anyone replace the socket.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
+        .create(parent)
+        .map_err(io_err("create directory", parent))?;
     clear_path(path)?;
     let file_name = path
         .file_name()

@@ -12,5 +12,6 @@ mod processes;
 mod registration;
 mod restarts;
 mod socket_paths;
+mod state_dir_owners;
 mod tally;
 mod volumes;

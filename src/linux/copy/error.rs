@@ -37,9 +37,6 @@ pub enum CopyError {
     /// The destination must name a new entry in an existing directory.
     #[error("destination {} has no parent directory and file name", .0.display())]
     BadDestination(PathBuf),
-    /// An entry kept changing type under its name between look-up and open.
-    #[error("{} kept changing while it was copied", .0.display())]
-    Unstable(PathBuf),
     /// Deeper than the copy keeps directories open for (each level holds two descriptors).
     #[error("{} is nested more than {max} directories deep", path.display())]
     TooDeep { path: PathBuf, max: usize },

@@ -68,7 +68,13 @@ fn must_keep(attr: &OsStr) -> bool {
 /// Copies every extended attribute of `src` to `dst`; returns the names of optional ones the
 /// destination refused. `shown` names the source in errors.
 fn copy_xattrs(src: &Node<'_>, dst: &Node<'_>, shown: &Path) -> Result<Vec<OsString>, CopyError> {
-    let names = src.list().map_err(at("list attributes of", shown))?;
+    let names = match src.list() {
+        Ok(names) => names,
+        // A fifo's or symlink's name, gone since it was looked at and copied: the copy keeps
+        // what that look saw.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(at("list attributes of", shown)(e)),
+    };
     let mut refused = Vec::new();
     for name in names {
         let xattr_error = |source| CopyError::Xattr {
@@ -77,8 +83,11 @@ fn copy_xattrs(src: &Node<'_>, dst: &Node<'_>, shown: &Path) -> Result<Vec<OsStr
             source,
         };
         // None: removed since the listing; the copy reflects a moment after that.
-        let Some(value) = src.get(&name).map_err(xattr_error)? else {
-            continue;
+        let value = match src.get(&name) {
+            Ok(Some(value)) => value,
+            Ok(None) => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(refused),
+            Err(e) => return Err(xattr_error(e)),
         };
         match dst.set(&name, &value) {
             Ok(()) => {}

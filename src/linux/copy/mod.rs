@@ -94,6 +94,15 @@ pub struct Report {
 }
 
 impl Report {
+    /// Entries left out because they vanished or changed type during the walk.
+    pub fn churned(&self) -> u64 {
+        let changing = self
+            .skipped
+            .iter()
+            .filter(|s| s.reason == SkipReason::Changing);
+        self.vanished + changing.count() as u64
+    }
+
     /// Whether any file was copied by a reflink.
     pub fn used_reflinks(&self) -> bool {
         self.files_reflinked > 0
@@ -114,6 +123,9 @@ pub enum SkipReason {
     MountPoint,
     /// A filesystem-specific extended attribute the destination refused.
     Xattr(OsString),
+    /// It changed type (or vanished and came back as something else) each time it was looked
+    /// at.
+    Changing,
 }
 
 /// A path's directory and last component (`a` is `./a`); `None` for `/` or `..`.

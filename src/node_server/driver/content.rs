@@ -118,6 +118,14 @@ impl Content {
                 );
             }
         }
+        if report.churned() > 0 {
+            log::info!(
+                "copying {}: left out {} entries that vanished or changed type while they were \
+                 copied",
+                self.dir.display(),
+                report.churned()
+            );
+        }
         log::debug!(
             "copied {} into {}: {} files, {} bytes, {} reflinked",
             self.dir.display(),

@@ -20,6 +20,7 @@ use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
 use crate::node_server::state::layout::{StateDir, StateDirError};
+use crate::node_server::state::owner::{Owner, OwnerError};
 use crate::node_server::state::snapshots::Snapshots;
 use crate::node_server::state::sources::Sources;
 use crate::node_server::state::volume_quota::{Hold, QuotaRefused, VolumeQuotas};
@@ -40,6 +41,8 @@ pub struct Driver {
     pub(super) snapshots: Snapshots,
     /// Volumes and snapshots being copied from or deleted.
     pub(super) sources: Arc<Sources>,
+    /// The state directory is ours alone while this is held.
+    _owner: Owner,
 }
 
 /// Why the plugin could not start.
@@ -49,6 +52,9 @@ pub enum OpenError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     StateDir(#[from] StateDirError),
+    /// Another node-server holds the state directory.
+    #[error(transparent)]
+    Owner(#[from] OwnerError),
     #[error(transparent)]
     Volumes(#[from] VolumeError),
     /// `--quota=on` where sizes cannot be enforced.
@@ -101,12 +107,29 @@ impl Driver {
         loops: Arc<dyn LoopDevices>,
     ) -> Result<Self, OpenError> {
         config.check()?;
-        let state_dir = StateDir::open(&config.state_dir)?;
+        let owner = Owner::try_take(&StateDir::open(&config.state_dir)?)?;
+        Self::open_owned(config, mounter, loops, owner)
+    }
+
+    /// Opens the state directory `owner` holds (taken before anything in it is read).
+    pub fn open_owned(
+        config: Config,
+        mounter: Arc<dyn Mounter>,
+        loops: Arc<dyn LoopDevices>,
+        owner: Owner,
+    ) -> Result<Self, OpenError> {
+        config.check()?;
+        let state_dir = owner.state_dir().clone();
+        state_dir.make_private()?;
         // Decided before the records load, so a refusal is the only thing said.
         let data_dir = Volumes::create_data_dir(&state_dir)?;
         let quotas = VolumeQuotas::start(data_dir, config.quota)?;
         let volumes = Volumes::open_with(&state_dir, config.capacity, quotas)?;
         volumes.remove_unrecorded()?;
+        match mounter.mount_table() {
+            Ok(table) => volumes.finish_deletes(&table),
+            Err(e) => log::error!("interrupted deletions left for DeleteVolume: {e}"),
+        }
         let snapshots = Snapshots::open(&state_dir)?;
         volumes.charge_loaded(snapshots.total_bytes());
         Ok(Self {
@@ -117,6 +140,7 @@ impl Driver {
             loops,
             snapshots,
             sources: Sources::new(),
+            _owner: owner,
         })
     }
 

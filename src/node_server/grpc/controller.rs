@@ -67,7 +67,9 @@ fn status(error: ControllerError) -> Status {
         E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } | E::SourceTooLarge { .. } => {
             Code::OutOfRange
         }
-        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
+        E::Volume(
+            V::Unlocatable(_) | V::Io { .. } | V::Undeletable { .. } | V::Store(_) | V::Quota(_),
+        )
         | E::Mount(_)
         | E::Worker(_)
         | E::Loop(_)

@@ -42,6 +42,7 @@ pub fn status(error: SnapshotError) -> Status {
             | V::InUse { .. }
             | V::Unlocatable(_)
             | V::Io { .. }
+            | V::Undeletable { .. }
             | V::Store(_)
             | V::Quota(_),
         )

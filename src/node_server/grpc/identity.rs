@@ -82,3 +82,36 @@ impl Identity for IdentityService {
         Ok(Response::new(ProbeResponse { ready: Some(ready) }))
     }
 }
+
+/// Identity while another node-server holds the state directory: every call, Probe included,
+/// fails UNAVAILABLE saying why, so a liveness probe's answer and a registrar's log name the
+/// holder instead of a missing socket. The other services are not served at all.
+pub struct WaitingIdentity(pub Arc<str>);
+
+impl WaitingIdentity {
+    fn refuse(&self) -> Status {
+        Status::unavailable(self.0.to_string())
+    }
+}
+
+#[tonic::async_trait]
+impl Identity for WaitingIdentity {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        Err(self.refuse())
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        Err(self.refuse())
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        log::trace!("Probe: waiting for the state directory");
+        Err(self.refuse())
+    }
+}

@@ -74,7 +74,9 @@ fn status(error: NodeError) -> Status {
             Code::ResourceExhausted
         }
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
-        E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
+        E::Volume(
+            V::Unlocatable(_) | V::Io { .. } | V::Undeletable { .. } | V::Store(_) | V::Quota(_),
+        )
         | E::Publish(P::Unlocatable(_) | P::Io { .. } | P::Mount(_))
         | E::Stats { .. }
         | E::Mount(_)

@@ -52,6 +52,7 @@ fn volumes() -> Vec<(&'static str, Record)> {
                     direct_io: Some(false),
                 },
                 block: true,
+                deleting: false,
             },
         ),
         (
@@ -68,6 +69,7 @@ fn volumes() -> Vec<(&'static str, Record)> {
                     ..Default::default()
                 },
                 block: false,
+                deleting: false,
             },
         ),
     ]
@@ -317,6 +319,7 @@ fn record() -> impl Strategy<Value = Record> {
                 source,
                 attributes,
                 block,
+                deleting: false,
             },
         )
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! <state-dir>/                        canonical (mount points in mountinfo are)
+//!   node-server.lock                  flocked by the one node-server using the directory
 //!   meta/<volume-id>.json             a volume's record
 //!   volumes/<volume-id>/              its data: a filesystem volume's tree, or
 //!   volumes/<volume-id>/volume.img      a block volume's file
@@ -16,7 +17,14 @@
 //! the copy engine's own ([`crate::linux::copy`]), the same beside any destination.
 //!
 //! These names are the on-disk format: existing nodes have them, so they never change.
+//!
+//! Everything here but a pod's view is root-only whatever the umask: the directories are 0700
+//! (created so, and an existing looser one tightened at start, [`StateDir::make_private`]),
+//! records and the lock file 0600. A volume's root keeps its `rootMode` (pods reach it through
+//! their bind mounts, not through `volumes/`), and so does a snapshot's copy of it, which
+//! the 0700 `snapshots/` above it keeps out of reach.
 
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 const VOLUME_RECORDS: &str = "meta";
@@ -24,6 +32,8 @@ const VOLUME_DATA: &str = "volumes";
 const SNAPSHOT_RECORDS: &str = "snapshot-meta";
 const SNAPSHOT_DATA: &str = "snapshots";
 const GROUP_RECORDS: &str = "group-meta";
+/// The owner's lock file (see [`super::owner`]).
+const OWNER_LOCK: &str = "node-server.lock";
 /// A block volume's file, in its directory (and so in its snapshots' copies).
 const BLOCK_IMAGE: &str = "volume.img";
 const RECORD_SUFFIX: &str = ".json";
@@ -62,9 +72,54 @@ impl StateDir {
                 source,
             }
         };
-        std::fs::create_dir_all(given).map_err(fail("create"))?;
+        private_dir_builder()
+            .recursive(true)
+            .create(given)
+            .map_err(fail("create"))?;
         let root = given.canonicalize().map_err(fail("resolve"))?;
         Ok(Self::at(root))
+    }
+
+    /// Creates the directories inside 0700 and tightens any of them (the state directory
+    /// too) that group or others may enter, saying so in one line: node-servers before this one
+    /// made them 0755. Run by the owner, before anything is read.
+    pub fn make_private(&self) -> Result<(), StateDirError> {
+        let fail = |op, path: &Path| {
+            let path = path.to_owned();
+            move |source| StateDirError { op, path, source }
+        };
+        let mut tightened = Vec::new();
+        for dir in self.private_dirs() {
+            match private_dir_builder().create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(fail("create", dir)(e)),
+            }
+            let meta = std::fs::symlink_metadata(dir).map_err(fail("inspect", dir))?;
+            let mode = meta.permissions().mode() & 0o7777;
+            if !meta.is_dir() || mode == 0o700 {
+                // A non-directory fails where its keeper opens it, naming it.
+                continue;
+            }
+            let private = std::fs::Permissions::from_mode(0o700);
+            std::fs::set_permissions(dir, private).map_err(fail("tighten", dir))?;
+            tightened.push(format!("{} ({mode:04o})", dir.display()));
+        }
+        if !tightened.is_empty() {
+            log::info!("made root-only (0700): {}", tightened.join(", "));
+        }
+        Ok(())
+    }
+
+    fn private_dirs(&self) -> [&Path; 6] {
+        [
+            &self.root,
+            self.volume_records.path(),
+            &self.volume_data,
+            self.snapshot_records.path(),
+            &self.snapshot_data,
+            self.group_records.path(),
+        ]
     }
 
     /// The layout under `root`, taken as canonical (nothing is created or resolved).
@@ -82,6 +137,11 @@ impl StateDir {
     /// The state directory itself, canonical.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The file the one node-server using this directory holds an exclusive `flock` on.
+    pub fn owner_lock(&self) -> PathBuf {
+        self.root.join(OWNER_LOCK)
     }
 
     /// Where volume directories are.
@@ -120,6 +180,13 @@ impl StateDir {
     pub fn group_records(&self) -> &RecordDir {
         &self.group_records
     }
+}
+
+/// Directories under the state directory are made 0700; the umask can only narrow that.
+fn private_dir_builder() -> std::fs::DirBuilder {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.mode(0o700);
+    builder
 }
 
 /// A block volume's file in `dir`, a volume's directory (or a copy of one being filled).
@@ -233,7 +300,38 @@ mod tests {
             "/var/lib/csi-nodekit/group-meta/group-1.json"
         );
         assert_eq!(at(state.volume_data()), "/var/lib/csi-nodekit/volumes");
+        assert_eq!(
+            at(&state.owner_lock()),
+            "/var/lib/csi-nodekit/node-server.lock"
+        );
         assert_eq!(at(state.snapshot_data()), "/var/lib/csi-nodekit/snapshots");
+    }
+
+    #[test]
+    fn a_looser_state_directory_is_made_root_only_with_its_directories_and_volumes_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&dir.path().join("state")).unwrap();
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(state.root()), 0o700);
+        std::fs::set_permissions(state.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(state.volume_data()).unwrap();
+        std::fs::set_permissions(state.volume_data(), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        std::fs::create_dir(state.volume("vol-1")).unwrap();
+        std::fs::set_permissions(
+            state.volume("vol-1"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        state.make_private().unwrap();
+        for private in state.private_dirs() {
+            assert_eq!(mode(private), 0o700, "{}", private.display());
+        }
+        assert_eq!(
+            mode(&state.volume("vol-1")),
+            0o777,
+            "a volume keeps its rootMode"
+        );
     }
 
     #[test]

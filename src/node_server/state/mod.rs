@@ -2,6 +2,7 @@
 //! atomically, and what lives beside them in memory (per-volume locks, copy sources in use).
 //!
 //! - [`layout`] — the state directory as one value: every name under `--state-dir`.
+//! - [`owner`] — the exclusive lock that makes one node-server the directory's only user.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
 //! - [`volumes`] — the volumes this node owns: records, data directories, capacity accounting,
 //!   per-volume try-locks, the one create path.
@@ -16,6 +17,7 @@
 pub mod attributes;
 pub mod capacity;
 pub mod layout;
+pub mod owner;
 pub mod snapshots;
 pub(crate) mod sources;
 pub(crate) mod store;

@@ -59,6 +59,11 @@ pub struct Record {
         with = "access_type"
     )]
     pub block: bool,
+    /// DeleteVolume began: written before any data is removed, so a crash or a file that
+    /// cannot be removed leaves a volume that is not listed and whose deletion the next
+    /// DeleteVolume or start-up finishes. Absent (`false`) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleting: bool,
 }
 
 /// A record's `access_type`: `"block"` for a raw block volume (or its snapshot), written only

@@ -33,6 +33,13 @@ pub enum VolumeError {
     NoRoomToGrow { growth: u64, available: u64 },
     #[error("volume {id} is in use: mounted at {}", at.display())]
     InUse { id: String, at: PathBuf },
+    /// Marked deleted, but its data could not all be removed; the error names what is left.
+    #[error("volume {id} is marked deleted, but {source}")]
+    Undeletable {
+        id: String,
+        #[source]
+        source: crate::linux::copy::CopyError,
+    },
     #[error(transparent)]
     Unlocatable(#[from] Unlocatable),
     #[error("{op} {}: {source}", path.display())]
@@ -194,14 +201,17 @@ impl Volumes {
     }
 
     /// A volume that must exist.
+    /// A volume that must exist (one being deleted does not).
     pub fn known(&self, id: &str) -> Result<Record, VolumeError> {
         self.get(id)
+            .filter(|r| !r.deleting)
             .ok_or_else(|| VolumeError::NotFound { id: id.to_owned() })
     }
 
     pub fn find_name(&self, name: &str) -> Option<Record> {
         let inner = self.inner();
-        inner.records.values().find(|r| r.name == name).cloned()
+        let mut live = inner.records.values().filter(|r| !r.deleting);
+        live.find(|r| r.name == name).cloned()
     }
 
     /// Up to `max` records (0: all) in ID order from `start`, and the ID that follows them.
@@ -210,7 +220,8 @@ impl Volumes {
         let mut iter = inner
             .records
             .range(start.unwrap_or_default().to_owned()..)
-            .map(|(_, r)| r);
+            .map(|(_, r)| r)
+            .filter(|r| !r.deleting);
         let limit = if max == 0 { usize::MAX } else { max };
         let page: Vec<Record> = iter.by_ref().take(limit).cloned().collect();
         (page, iter.next().map(|r| r.id.clone()))
@@ -449,21 +460,32 @@ impl Volumes {
         Ok(self.quotas.hold(record)?)
     }
 
-    /// Deletes a volume's data and then its record, refusing while anything is mounted on or
-    /// from its directory. A crash in between leaves a record without data, which the next
-    /// DeleteVolume finishes. The caller holds the volume lock.
+    /// Deletes a volume: marks its record deleted, removes its data, then the record;
+    /// refused while anything is mounted on or from its directory. A crash or a file that
+    /// cannot be removed leaves a marked record (not listed, not found by name or ID), which
+    /// the next DeleteVolume or start-up ([`Self::finish_deletes`]) finishes. The caller holds
+    /// the volume lock.
     pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), VolumeError> {
         let dir = self.path_of(id);
+        if dir.exists()
+            && let Some(at) = table.first_user(&dir)?
+        {
+            return Err(VolumeError::InUse {
+                id: id.to_owned(),
+                at,
+            });
+        }
+        if let Some(mut record) = self.get(id).filter(|r| !r.deleting) {
+            record.deleting = true;
+            self.store.save(&record)?;
+            self.inner().records.insert(id.to_owned(), record);
+        }
         if dir.exists() {
-            if let Some(at) = table.first_user(&dir)? {
-                return Err(VolumeError::InUse {
-                    id: id.to_owned(),
-                    at,
-                });
-            }
-            // remove_dir_all does not follow symlinks inside the tree (it works through
-            // directory descriptors), so a link to elsewhere is removed, not its target.
-            std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
+            // Never follows a symlink nor crosses a mount; names the entry it cannot remove.
+            crate::linux::copy::remove_tree(&dir).map_err(|source| VolumeError::Undeletable {
+                id: id.to_owned(),
+                source,
+            })?;
             // Durably gone before the record goes, so a crash cannot leave unlisted data.
             sync_dir(self.state.volume_data())?;
         }
@@ -476,6 +498,22 @@ impl Volumes {
         self.inner().records.remove(id);
         log::info!("deleted volume {id}");
         Ok(())
+    }
+
+    /// Finishes the deletions a crash or a file that could not be removed interrupted: run at
+    /// start-up, before anything is served. One that still cannot finish is logged and left to
+    /// the next DeleteVolume.
+    pub fn finish_deletes(&self, table: &MountTable) {
+        let marked: Vec<String> = (self.inner().records.values())
+            .filter(|r| r.deleting)
+            .map(|r| r.id.clone())
+            .collect();
+        for id in marked {
+            match self.delete(&id, table) {
+                Ok(()) => log::info!("finished deleting volume {id}"),
+                Err(e) => log::error!("could not finish deleting volume {id}: {e}"),
+            }
+        }
     }
 
     /// Gives the volume to `gid` (the CSI `volume_mount_group`), group-writable and setgid

@@ -115,6 +115,13 @@ impl Snapshots {
                 ),
             }
         }
+        if report.churned() > 0 {
+            log::info!(
+                "snapshot {id}: left out {} entries that vanished or changed type while they \
+                 were copied",
+                report.churned()
+            );
+        }
         log::info!(
             "cut snapshot {id} of {} in {:?}: {} files, {} bytes, {} reflinked",
             source.display(),

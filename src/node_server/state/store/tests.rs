@@ -15,6 +15,7 @@ fn record(id: &str) -> Record {
         source: None,
         attributes: Attributes::default(),
         block: false,
+        deleting: false,
     }
 }
 
