@@ -26,6 +26,10 @@ use crate::socket::{self, Identity, SocketError, SocketGuard};
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Back-off after the kubelet rejects us, and between failed driver calls.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The first pause after a failed GetPluginInfo is short: in a rollout the new node-server
+/// answers UNAVAILABLE for the moment it waits for the old one's state directory, and every
+/// moment here is one the driver is unregistered. It still doubles to the cap.
+const FIRST_DRIVER_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_REJECT_BACKOFF: Duration = Duration::from_secs(300);
 const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping registration server may take to finish its calls.
@@ -171,7 +175,7 @@ impl Supervisor {
             dialled = socket::dial(&settings.csi_address, attempt_timeout, give_up) => dialled?,
         };
         let mut client = IdentityClient::new(channel);
-        let mut backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
+        let mut backoff = Doubling::new(FIRST_DRIVER_BACKOFF, MAX_DRIVER_BACKOFF);
         loop {
             let delay = backoff.next_delay();
             // Read before asking: a restart during the call then shows as a change later.

@@ -42,9 +42,9 @@ impl DirWatch {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .and_then(|inotify| inotify.add_watch(dir, mask).map(|_| inotify))
             .map_err(std::io::Error::from)
-            // SAFETY: `Fd` owns the inotify descriptor, which stays open and the same for as
-            // long as the `AsyncFd` holds it; `as_raw_fd` always returns that descriptor.
             .and_then(|inotify| {
+                // SAFETY: `Fd` owns the inotify descriptor, which stays open and the same for
+                // as long as the `AsyncFd` holds it; `as_raw_fd` always returns that descriptor.
                 unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
                     .map_err(std::io::Error::from)
             });

@@ -52,12 +52,11 @@ async fn until_readyz(address: &str, wanted: &str, matches: fn(&str, &str) -> bo
 }
 
 fn driver(setup: &Setup, state: &Path) -> common::KillOnDrop {
-    let driver = common::spawn_node_server(
+    common::spawn_node_server(
         &setup.csi,
         state,
         &[&format!("--driver-name={DRIVER}"), "--node-id=node-a"],
-    );
-    driver
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
