@@ -12,7 +12,8 @@
 //! Runs the real binary (see `benches/support`); `REGISTRAR_BIN` runs another registrar
 //! binary (to measure an older one). Needs root in a private mount namespace (real bind
 //! mounts): `unshare --mount --propagation private target/release/examples/rollout_bench`.
-//! `ROUNDS` (default 3), `WORKERS` (default 4).
+//! `ROUNDS` (default 3), `WORKERS` (default 4), `OVERLAP_MS` (how long both generations run
+//! side by side before the old one is stopped; default 3000).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -167,9 +168,8 @@ fn count(codes: &Codes, what: &str) {
     *codes.lock().unwrap().entry(what.to_owned()).or_default() += 1;
 }
 
-/// Publish+unpublish pairs on one staged volume until `stop`, redialling after a failure as
-/// the kubelet does; every outcome counted.
-async fn worker(p: Arc<Paths>, i: usize, codes: Codes, stop: Arc<std::sync::atomic::AtomicBool>) {
+/// A created and staged volume: its ID, staging path and target.
+async fn staged(p: &Paths, i: usize) -> (String, PathBuf, PathBuf) {
     let channel = csi_nodekit::socket::connect(&p.csi).await.expect("connect");
     let id = ControllerClient::new(channel.clone())
         .create_volume(CreateVolumeRequest {
@@ -195,6 +195,18 @@ async fn worker(p: Arc<Paths>, i: usize, codes: Codes, stop: Arc<std::sync::atom
         })
         .await
         .expect("stage");
+    (id, staging, target)
+}
+
+/// Publish+unpublish pairs on one staged volume until `stop`, redialling after a failure as
+/// the kubelet does; every outcome counted.
+async fn worker(
+    p: Arc<Paths>,
+    (id, staging, target): (String, PathBuf, PathBuf),
+    codes: Codes,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let channel = csi_nodekit::socket::connect(&p.csi).await.expect("connect");
     let mut node = NodeClient::new(channel);
     let mut published = false;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -245,6 +257,9 @@ fn sigterm(proc: &Proc) {
 async fn main() {
     let rounds: usize = std::env::var("ROUNDS").map_or(3, |n| n.parse().expect("ROUNDS"));
     let workers: usize = std::env::var("WORKERS").map_or(4, |n| n.parse().expect("WORKERS"));
+    let overlap = Duration::from_millis(
+        std::env::var("OVERLAP_MS").map_or(3000, |n| n.parse().expect("OVERLAP_MS")),
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let p = Arc::new(Paths {
         csi: dir.path().join("plugin/csi.sock"),
@@ -257,16 +272,24 @@ async fn main() {
     next_event(&events, "registered");
     let codes: Codes = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let tasks: Vec<_> = (0..workers)
-        .map(|i| tokio::spawn(worker(p.clone(), i, codes.clone(), stop.clone())))
+    let mut volumes = Vec::new();
+    for i in 0..workers {
+        volumes.push(staged(&p, i).await);
+    }
+    let tasks: Vec<_> = volumes
+        .into_iter()
+        .map(|volume| tokio::spawn(worker(p.clone(), volume, codes.clone(), stop.clone())))
         .collect();
     println!(
-        "surge rollout, {workers} publish/unpublish workers, registrar {:?}",
-        std::env::var("REGISTRAR_BIN").ok()
+        "surge rollout, {workers} publish/unpublish workers, {overlap:?} overlap, registrar {}",
+        std::env::var("REGISTRAR_BIN").unwrap_or_else(|_| binary().display().to_string())
     );
     for round in 1..=rounds {
         let old_socket = csi_nodekit::socket::identity_of(&p.reg_socket());
         let next = tokio::task::block_in_place(|| generation(&p, false));
+        // Both generations run side by side until the new pod is Ready and the old one is
+        // deleted: at least one readiness period in a real rollout.
+        tokio::time::sleep(overlap).await;
         let (mut old_server, mut old_registrar) = current;
         sigterm(&old_server);
         sigterm(&old_registrar);
