@@ -40,16 +40,13 @@ async fn server(limits: Limits, gate: Arc<Gate>) -> (String, Trigger, tokio::tas
     let handler = move |path: String| {
         let gate = gate.clone();
         async move {
-            match path.as_str() {
-                "/slow" => {
-                    // Waiting before saying so: a release right after can not be missed.
-                    let released = gate.release.notified();
-                    tokio::pin!(released);
-                    released.as_mut().enable();
-                    gate.entered.add_permits(1);
-                    released.await;
-                }
-                _ => {}
+            if path == "/slow" {
+                // Waiting before saying so: a release right after can not be missed.
+                let released = gate.release.notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+                gate.entered.add_permits(1);
+                released.await;
             }
             Reply::text(200, "ok")
         }
