@@ -65,6 +65,10 @@ impl Handler {
         let snapshot = self.tracker.snapshot();
         match snapshot.phase {
             Phase::Registered => Reply::text(200, "ok"),
+            // The predecessor keeps the driver registered until we take over: the node is
+            // served, and a surge rollout waits for this pod to be Ready before it stops the
+            // old one (a 503 here would stall the rollout for good).
+            Phase::StandingBy => Reply::text(200, format!("ok: {}", self.why_not_ready(&snapshot))),
             _ => Reply::text(503, self.why_not_ready(&snapshot)),
         }
     }
@@ -84,6 +88,10 @@ impl Handler {
             Phase::Recreating(reason) => {
                 format!("re-creating the registration socket of {driver}: {reason}")
             }
+            Phase::StandingBy => format!(
+                "standing by: another process serves the registration socket of {driver}; \
+                 taking over when it is gone"
+            ),
         }
     }
 }

@@ -27,16 +27,20 @@ pub enum Phase {
     /// Our socket is gone (deleted, replaced, or could not be created), for this reason; a new
     /// one is on its way.
     Recreating(String),
+    /// Another process serves our registration socket — the previous registrar during a
+    /// surge rollout, which keeps the driver registered — and we take over once it is gone.
+    StandingBy,
 }
 
 impl Phase {
     /// Metric label values, in the order of [`Phase::index`].
-    const LABELS: [&'static str; 5] = [
+    const LABELS: [&'static str; 6] = [
         "waiting_for_driver",
         "waiting_for_kubelet",
         "registered",
         "rejected",
         "recreating",
+        "standing_by",
     ];
 
     fn index(&self) -> usize {
@@ -46,6 +50,7 @@ impl Phase {
             Self::Registered => 2,
             Self::Rejected(_) => 3,
             Self::Recreating(_) => 4,
+            Self::StandingBy => 5,
         }
     }
 

@@ -19,12 +19,17 @@ use crate::proto::registration::registration_server::RegistrationServer;
 use crate::shutdown::{Shutdown, Trigger};
 use crate::socket::{self, Identity, SocketError, SocketGuard};
 
-/// How often the sockets are looked at: a deleted registration socket is back within this.
-/// Two `lstat`s every half second cost nothing and, unlike inotify, see through every kind of
-/// host path mount.
+/// How often the sockets are looked at while ours is up: a deleted registration socket is back
+/// within this. Two `lstat`s every half second cost nothing and, unlike inotify, see through
+/// every kind of host path mount. (Taking over from a predecessor is woken by inotify, with a
+/// poll behind it: see `stand_by`.)
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Back-off after the kubelet rejects us, and between failed driver calls.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The first pause after a failed GetPluginInfo is short: in a rollout the new node-server
+/// answers UNAVAILABLE for the moment it waits for the old one's state directory, and every
+/// moment here is one the driver is unregistered. It still doubles to the cap.
+const FIRST_DRIVER_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_REJECT_BACKOFF: Duration = Duration::from_secs(300);
 const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping registration server may take to finish its calls.
@@ -170,7 +175,7 @@ impl Supervisor {
             dialled = socket::dial(&settings.csi_address, attempt_timeout, give_up) => dialled?,
         };
         let mut client = IdentityClient::new(channel);
-        let mut backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
+        let mut backoff = Doubling::new(FIRST_DRIVER_BACKOFF, MAX_DRIVER_BACKOFF);
         loop {
             let delay = backoff.next_delay();
             // Read before asking: a restart during the call then shows as a change later.
@@ -250,6 +255,10 @@ impl Supervisor {
                 Err(e @ SocketError::NotASocket { .. }) if !self.served_once => {
                     return Err(e.into());
                 }
+                Err(SocketError::InUse(_)) => match self.stand_by(&path, driver).await {
+                    Some(next) => return Ok(next),
+                    None => continue,
+                },
                 Err(e) => {
                     let pause = bind_backoff.next_delay();
                     log::error!(
@@ -274,6 +283,41 @@ impl Supervisor {
                 other => return Ok(other),
             }
         }
+    }
+
+    /// Waits while another process serves our registration socket: in a surge rollout that
+    /// is the previous registrar, which keeps the driver registered until its pod stops. Its
+    /// exit removes the socket, and the directory watch wakes us at once (no back-off: every
+    /// moment between its exit and our socket is a moment the driver is unregistered).
+    /// `None`: the path is free, bind now. If the driver socket changed meanwhile (the new
+    /// node-server took over from the old one), the driver is asked again first, so that the
+    /// kubelet's NodeGetInfo finds a driver behind the endpoint.
+    async fn stand_by(&mut self, path: &Path, driver: &Driver) -> Option<Next> {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let mut watch = socket::DirWatch::new(dir);
+        if socket::is_served(path) {
+            log::info!(
+                "registration socket {} is served by another process (the previous registrar \
+                 in a rolling update?); standing by until it is gone",
+                path.display()
+            );
+            self.tracker.set_phase(Phase::StandingBy);
+        }
+        while socket::is_served(path) {
+            tokio::select! {
+                biased;
+                () = self.shutdown.clone().wait() => return Some(Next::Shutdown),
+                () = watch.changed() => {}
+            }
+        }
+        log::info!(
+            "registration socket {} is free; taking over",
+            path.display()
+        );
+        if socket::identity_of(&self.settings.csi_address) != driver.socket {
+            return Some(Next::AskDriver);
+        }
+        None
     }
 
     /// Watches one generation of the registration socket until something calls for a new one.

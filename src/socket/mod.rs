@@ -14,8 +14,10 @@ use std::sync::Mutex;
 
 mod authority;
 mod dial;
+mod watch;
 pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, frame, grpc_incoming};
 pub use dial::{DialError, connect, dial};
+pub use watch::DirWatch;
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.
 pub const MAX_PATH_BYTES: usize = 107;
@@ -140,6 +142,12 @@ fn has_listener(path: &Path) -> Result<bool, SocketError> {
         Err(Errno::ECONNREFUSED) => Ok(false),
         Err(e) => Err(probe_error(e)),
     }
+}
+
+/// Whether `path` holds a socket some process is listening on (a missing path, a non-socket
+/// or a stale socket: no).
+pub fn is_served(path: &Path) -> bool {
+    identity_of(path).is_some() && has_listener(path).unwrap_or(false)
 }
 
 /// Renames our staged socket to `path` without ever replacing what is there: whatever appeared

@@ -38,7 +38,8 @@ fn sigint_stops_the_server_with_exit_0_and_no_socket_left() {
 /// flight for as long as the returned handles live.
 async fn hold_a_call_open(socket: &std::path::Path) -> impl Sized {
     let io = tokio::net::UnixStream::connect(socket).await.unwrap();
-    let (mut client, connection) = h2::client::handshake(io).await.unwrap();
+    let (mut client, mut connection) = h2::client::handshake(io).await.unwrap();
+    let mut ping_pong = connection.ping_pong().expect("a ping handle");
     tokio::spawn(connection);
     let request = http::Request::post("http://localhost/csi.v1.Identity/Probe")
         .header("content-type", "application/grpc")
@@ -46,6 +47,8 @@ async fn hold_a_call_open(socket: &std::path::Path) -> impl Sized {
         .body(())
         .unwrap();
     let (response, body) = client.send_request(request, false).unwrap();
+    // The gate: the server reads frames in order, so its PONG means it has the call's HEADERS.
+    ping_pong.ping(h2::Ping::opaque()).await.expect("a PONG");
     (client, response, body)
 }
 
@@ -59,10 +62,17 @@ async fn a_second_signal_exits_at_once_and_still_removes_the_socket() {
         "socket never appeared"
     );
     let _in_flight = hold_a_call_open(&socket).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
     send_signal(&server.0, Signal::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The gate: the server says it is shutting down; the open call keeps it running.
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .stderr()
+            .contains("shutting down"))
+        .await,
+        "no shutdown line: {}",
+        server.stderr()
+    );
     assert!(
         server.0.try_wait().unwrap().is_none(),
         "graceful stop should wait for the open call"

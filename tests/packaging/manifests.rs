@@ -280,3 +280,30 @@ fn the_doctor_pod_reads_the_host_where_it_tells_the_doctor_to_look_and_has_only_
         }
     }
 }
+
+#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[test]
+fn our_daemonset_upgrades_with_a_surge_and_never_leaves_a_node_without_its_driver() {
+    let docs = documents();
+    let (file, daemonset) = docs
+        .iter()
+        .find(|(f, d)| kind(d) == "DaemonSet" && !f.starts_with(manifest_dir().join("drop-in")))
+        .expect("our DaemonSet");
+    let strategy = &daemonset["spec"]["updateStrategy"];
+    assert_eq!(strategy["type"], "RollingUpdate", "{file:?}");
+    assert_eq!(strategy["rollingUpdate"]["maxSurge"], 1, "{file:?}");
+    assert_eq!(strategy["rollingUpdate"]["maxUnavailable"], 0, "{file:?}");
+    // The surge waits for the new pod to be Ready: the registrar's readiness must be the
+    // endpoint that answers 200 while it stands by behind the old pod's registrar.
+    let spec = pod_spec(daemonset).expect("a pod template");
+    let registrar = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| strings(&c["args"]).first().map(String::as_str) == Some("registrar"))
+        .expect("the registrar container");
+    assert_eq!(
+        registrar["readinessProbe"]["httpGet"]["path"], "/readyz",
+        "{file:?}"
+    );
+}

@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::fake_driver::FakeDriver;
@@ -76,8 +77,17 @@ async fn a_healthz_in_progress_is_answered_when_sigterm_arrives() {
     let (mut probe, address) = start_livenessprobe(dir.path(), &driver.socket, &[]).await;
     assert_eq!(healthz(&address).await.0, 200);
     *driver.behaviour.probe_delay.lock().unwrap() = Duration::from_millis(1500);
+    let calls_before = driver.behaviour.probe_calls.load(Ordering::SeqCst);
     let in_progress = tokio::spawn(async move { healthz(&address).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The gate: the /healthz in progress has reached the driver's Probe (which now hangs).
+    let behaviour = driver.behaviour.clone();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            behaviour.probe_calls.load(Ordering::SeqCst) > calls_before
+        })
+        .await,
+        "the /healthz never reached the driver"
+    );
     common::send_signal(&probe.0, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(in_progress.await.unwrap(), (200, "ok".to_owned()));
     let status = common::wait_exit(&mut probe.0, Duration::from_secs(10));

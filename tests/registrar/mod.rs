@@ -4,4 +4,5 @@
 
 mod process;
 mod registration;
+mod rollout;
 mod setup;

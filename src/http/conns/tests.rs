@@ -8,21 +8,45 @@ use super::*;
 
 const WAIT: Duration = Duration::from_secs(2);
 
-/// A server with `limits` whose `/slow` waits for `gate` and `/sleep` for 300 ms.
-async fn server(
-    limits: Limits,
-    gate: Arc<Notify>,
-) -> (String, Trigger, tokio::task::JoinHandle<()>) {
+/// What `/slow` waits for (`release`), and how it tells a test it has begun (`entered`, one
+/// permit per request): the tests' gates.
+struct Gate {
+    release: Notify,
+    entered: tokio::sync::Semaphore,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            release: Notify::new(),
+            entered: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+impl Gate {
+    async fn until_entered(&self, requests: u32) {
+        let entered = self.entered.acquire_many(requests);
+        let permits = tokio::time::timeout(WAIT * 5, entered).await;
+        permits.expect("the requests began").unwrap().forget();
+    }
+}
+
+/// A server with `limits` whose `/slow` waits for `gate`.
+async fn server(limits: Limits, gate: Arc<Gate>) -> (String, Trigger, tokio::task::JoinHandle<()>) {
     let listener = bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let (trigger, shutdown) = Shutdown::manual();
     let handler = move |path: String| {
         let gate = gate.clone();
         async move {
-            match path.as_str() {
-                "/slow" => gate.notified().await,
-                "/sleep" => tokio::time::sleep(Duration::from_millis(300)).await,
-                _ => {}
+            if path == "/slow" {
+                // Waiting before saying so: a release right after can not be missed.
+                let released = gate.release.notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+                gate.entered.add_permits(1);
+                released.await;
             }
             Reply::text(200, "ok")
         }
@@ -111,7 +135,7 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout_even
 
 #[tokio::test]
 async fn a_connection_with_a_request_in_progress_is_never_shed() {
-    let gate = Arc::new(Notify::new());
+    let gate = Arc::new(Gate::default());
     let (address, trigger, _) = server(limits(2, Duration::from_secs(30)), gate.clone()).await;
     let slow: Vec<_> = (0..2)
         .map(|_| {
@@ -119,7 +143,7 @@ async fn a_connection_with_a_request_in_progress_is_never_shed() {
             tokio::spawn(async move { get(&address, "/slow", WAIT * 5).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    gate.until_entered(2).await;
     let waiting = {
         let address = address.clone();
         tokio::spawn(async move { get(&address, "/healthz", WAIT * 5).await })
@@ -129,7 +153,7 @@ async fn a_connection_with_a_request_in_progress_is_never_shed() {
         !waiting.is_finished(),
         "admitted by shedding a busy connection"
     );
-    gate.notify_waiters();
+    gate.release.notify_waiters();
     for call in slow {
         assert_eq!(
             call.await.unwrap().unwrap().0,
@@ -143,10 +167,22 @@ async fn a_connection_with_a_request_in_progress_is_never_shed() {
 
 #[tokio::test]
 async fn requests_in_progress_are_answered_when_shutdown_begins() {
-    let (address, trigger, task) = server(Limits::default(), Arc::default()).await;
-    let call = tokio::spawn(async move { get(&address, "/sleep", WAIT).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let gate = Arc::new(Gate::default());
+    let (address, trigger, task) = server(Limits::default(), gate.clone()).await;
+    let address_again = address.clone();
+    let call = tokio::spawn(async move { get(&address, "/slow", WAIT).await });
+    gate.until_entered(1).await;
     trigger.fire();
+    // The gate: shutdown has begun once the listener is gone; only then may the call finish.
+    let closed = async {
+        while TcpStream::connect(&address_again).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(WAIT, closed)
+        .await
+        .expect("the listener closed");
+    gate.release.notify_waiters();
     assert_eq!(call.await.unwrap().unwrap(), (200, "ok".to_owned()));
     tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
 }

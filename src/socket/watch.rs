@@ -1,0 +1,104 @@
+//! Waiting for a socket path to change hands: inotify on its directory wakes the waiter the
+//! moment an entry is removed, renamed or created, and a slow poll stays as the safety net for
+//! what inotify cannot see (a holder killed without removing its socket changes no entry; some
+//! network and FUSE file systems send no events).
+
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+/// With inotify, the poll only catches a holder that died without removing its socket.
+const POLL_WITH_INOTIFY: Duration = Duration::from_secs(1);
+/// Without it, the poll is all there is; a connect attempt every 250 ms costs the holder little.
+const POLL_WITHOUT: Duration = Duration::from_millis(250);
+
+/// tokio needs `AsRawFd`; nix's `Inotify` offers `AsFd`.
+struct Fd(Inotify);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// Changes to the entries of one directory.
+pub struct DirWatch {
+    inotify: Option<AsyncFd<Fd>>,
+    poll: Duration,
+}
+
+impl DirWatch {
+    /// Starts watching `dir`. Without inotify (no instances left, an unwatchable directory)
+    /// the watch falls back to polling alone, and says so at debug level.
+    pub fn new(dir: &Path) -> Self {
+        let mask = AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CREATE;
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .and_then(|inotify| inotify.add_watch(dir, mask).map(|_| inotify))
+            .map_err(std::io::Error::from)
+            .and_then(|inotify| {
+                // SAFETY: `Fd` owns the inotify descriptor, which stays open and the same for
+                // as long as the `AsyncFd` holds it; `as_raw_fd` always returns that descriptor.
+                unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
+                    .map_err(std::io::Error::from)
+            });
+        match inotify {
+            Ok(inotify) => Self {
+                inotify: Some(inotify),
+                poll: POLL_WITH_INOTIFY,
+            },
+            Err(e) => {
+                log::debug!("cannot watch {}: {e}; polling instead", dir.display());
+                Self {
+                    inotify: None,
+                    poll: POLL_WITHOUT,
+                }
+            }
+        }
+    }
+
+    /// Returns after the next change in the directory, or after the poll interval, whichever
+    /// comes first. The caller looks again either way.
+    pub async fn changed(&mut self) {
+        let Some(inotify) = &self.inotify else {
+            tokio::time::sleep(self.poll).await;
+            return;
+        };
+        let event = async {
+            loop {
+                let Ok(mut ready) = inotify.readable().await else {
+                    return std::future::pending::<()>().await;
+                };
+                match ready.try_io(|fd| fd.get_ref().0.read_events().map_err(Into::into)) {
+                    Ok(_) => return,
+                    Err(_would_block) => continue,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(self.poll, event).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn removing_an_entry_wakes_the_watch_without_waiting_for_its_poll() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("x-reg.sock");
+        std::fs::write(&file, b"").unwrap();
+        let mut watch = DirWatch::new(dir.path());
+        assert!(watch.inotify.is_some(), "inotify is available here");
+        watch.poll = Duration::from_secs(3600); // only the event can end the wait
+        std::fs::remove_file(&file).unwrap();
+        let woken = tokio::time::timeout(Duration::from_secs(60), watch.changed()).await;
+        assert!(woken.is_ok(), "the removal woke the watch");
+    }
+}
