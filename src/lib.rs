@@ -53,6 +53,7 @@ pub mod backoff;
 pub mod cli;
 pub mod csi_spec;
 pub mod demo;
+pub mod flow;
 pub mod gocompat;
 pub mod http;
 pub mod linux;
