@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::csinode::NODE_ID_ANNOTATION;
+use crate::flow::Arrow;
 
 /// How events and reports are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,11 +79,14 @@ pub enum Event {
         socket: PathBuf,
         registration: Registration,
         node: NodeView,
+        /// The calls of this attempt, timed (JSON's `calls`).
+        calls: Vec<Arrow>,
     },
     Failed {
         socket: PathBuf,
         failure: Failure,
         retry: Retry,
+        calls: Vec<Arrow>,
     },
     Deregistered {
         socket: PathBuf,
@@ -143,6 +147,7 @@ impl Event {
                 socket,
                 registration: r,
                 node,
+                calls,
             } => json!({
                 "event": "registered",
                 "socket": socket,
@@ -151,12 +156,15 @@ impl Event {
                 "nodeID": r.node_id,
                 "node": node_json(node),
                 "csiNode": node.csi_node,
+                "calls": calls,
             }),
             Event::Failed {
                 socket,
                 failure,
                 retry,
+                calls,
             } => json!({
+                "calls": calls,
                 "event": "failed",
                 "socket": socket,
                 "driver": failure.driver,
@@ -186,6 +194,7 @@ impl Event {
                 socket,
                 registration: r,
                 node,
+                ..
             } => format!(
                 "registered {} from {} (endpoint {}, node ID {})\n{}",
                 r.driver,
@@ -198,6 +207,7 @@ impl Event {
                 socket,
                 failure,
                 retry,
+                ..
             } => {
                 let then = match retry {
                     Retry::After(wait) => format!("the kubelet retries in {wait:?} or later"),
@@ -357,6 +367,7 @@ mod tests {
     #[test]
     fn a_failure_event_says_whether_the_kubelet_retries() {
         let failed = |retry| Event::Failed {
+            calls: Vec::new(),
             socket: "/reg/a".into(),
             failure: Failure {
                 driver: Some("d".into()),
