@@ -19,6 +19,7 @@ pub mod api;
 pub mod chain;
 mod driver_facts;
 pub mod finding;
+mod flow;
 mod node;
 pub mod report;
 pub mod root;
@@ -69,6 +70,9 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
     // A filesystem call stuck on a hung mount must not keep the process alive.
     let report = crate::runtime::run_detached(threads, async { Ok(diagnose(&settings).await) })?;
     println!("{}", report.render(settings.output));
+    if let Some(file) = &settings.flow {
+        file.write(&flow::draw(&report))?;
+    }
     match report.count(Severity::Error) {
         0 => Ok(()),
         errors => Err(DoctorError::Unhealthy { errors }.into()),
