@@ -64,10 +64,9 @@ pub fn render(flow: &Flow) -> String {
     );
     for party in &lifelines {
         let x = lane_x(*party);
-        let _ = write!(
+        let _ = writeln!(
             out,
-            r##"<g class="lifeline" id="lifeline-{}"><rect x="{}" y="34" width="{}" height="28" rx="4" fill="#e3ecfa" stroke="#4a6fa5"/><text x="{x}" y="53" font-size="12" font-weight="bold" text-anchor="middle" fill="{INK}">{}</text><line x1="{x}" y1="62" x2="{x}" y2="{}" stroke="#9aa5b1" stroke-dasharray="4 4"/></g>
-"##,
+            r##"<g class="lifeline" id="lifeline-{}"><rect x="{}" y="34" width="{}" height="28" rx="4" fill="#e3ecfa" stroke="#4a6fa5"/><text x="{x}" y="53" font-size="12" font-weight="bold" text-anchor="middle" fill="{INK}">{}</text><line x1="{x}" y1="62" x2="{x}" y2="{}" stroke="#9aa5b1" stroke-dasharray="4 4"/></g>"##,
             party.id(),
             x - (LANE - 30) / 2,
             LANE - 30,
