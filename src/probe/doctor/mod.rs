@@ -2,7 +2,8 @@
 //! plugin on a live node — registry entry, GetInfo, endpoint, driver — and, with API access,
 //! compares the CSINode, CSIDriver and Node objects with what the node shows. Read-only: it
 //! never calls NotifyRegistrationStatus (that would interfere with the real kubelet, and an
-//! upstream registrar exits on `false`), and never creates, removes or changes a file.
+//! upstream registrar exits on `false`), and never creates, removes or changes a file (but the
+//! `--flow` picture it is asked to write).
 //!
 //! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations).
 //! - [`scan`] — `plugins_registry` and `plugins/` listed without touching them.
