@@ -21,6 +21,8 @@
 //!   flags rewritten for argh, typed flag values argh refuses while parsing ([`cli::values`]),
 //!   Go's `--help` layout, [`ModeArgs`](cli::ModeArgs) and [`VERSION`](cli::VERSION). It
 //!   knows no mode.
+//! - [`flow`] — `--flow=FILE`: a run's registration flow as timed arrows on lifelines, drawn as
+//!   SVG or Mermaid text. It knows no mode.
 //! - [`linux`] — the Linux layer: bind mounts behind the [`Mounter`](linux::mount::Mounter)
 //!   trait, the mount table, project quotas (behind `ProjectQuotas`), loop devices (behind
 //!   `LoopDevices`), the tree copy engine. It knows no CSI.
@@ -52,6 +54,7 @@ pub mod backoff;
 pub mod cli;
 pub mod csi_spec;
 pub mod demo;
+pub mod flow;
 pub mod gocompat;
 pub mod http;
 pub mod linux;

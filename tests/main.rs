@@ -27,6 +27,7 @@ mod cli;
 mod docs_links;
 mod end_to_end;
 mod fault_suite;
+mod flow;
 mod node_server;
 mod packaging;
 mod probe;

@@ -121,6 +121,7 @@ flag_value!(
     AbsolutePath,
     HostSocketPath,
     SocketMode,
+    FlowFile,
 );
 
 /// A Unix socket address: `unix:///path`, `unix:/path` or `/path`, absolute and short enough
@@ -288,6 +289,39 @@ impl FlagValue for ByteSize {
                 "must be more than 0; leave it out to use the free space",
             )),
             bytes => Ok(Self(bytes)),
+        }
+    }
+}
+
+pub use crate::flow::FlowFile;
+
+/// `--flow=FILE`: the extension picks the format, and the file must be writable now, so that
+/// a run is not made only to find that its picture cannot be kept. Nothing is created here.
+impl FlagValue for FlowFile {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        use nix::unistd::{AccessFlags, access};
+        let path = PathBuf::from(text);
+        let format = FlowFile::format_of(&path).map_err(Refusal::new)?;
+        let writable = match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => Err("is a directory".to_owned()),
+            Ok(_) => access(&path, AccessFlags::W_OK).map_err(|e| e.desc().to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let dir = match path.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir,
+                    _ => Path::new("."),
+                };
+                match std::fs::metadata(dir) {
+                    Ok(meta) if meta.is_dir() => access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
+                        .map_err(|e| format!("directory {}: {}", dir.display(), e.desc())),
+                    Ok(_) => Err(format!("{} is not a directory", dir.display())),
+                    Err(e) => Err(format!("directory {}: {e}", dir.display())),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match writable {
+            Ok(()) => Ok(Self { path, format }),
+            Err(why) => Err(Refusal::new(format!("cannot be written: {why}"))),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! act two creates, stages and publishes a volume and shows it mounted. Everything runs in a
 //! private mount namespace and is taken down at the end, leaving nothing behind.
 
+mod drawing;
 mod processes;
 mod volume;
 
@@ -13,8 +14,10 @@ use std::time::Duration;
 use argh::{ArgsInfo, FromArgs};
 
 use crate::BoxError;
+use crate::flow::{FlowFile, Party, Stamp};
 use crate::linux::mountinfo::MountTable;
 use crate::runtime::Threads;
+use drawing::Drawing;
 use processes::{Child, Kubelet};
 
 /// The demo's driver and node names.
@@ -25,6 +28,10 @@ crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
     /// Run the whole registration flow and a volume's life on this machine (root; no cluster).
     pub struct Args {
+        /// draw act one's registration flow as a sequence diagram in this file: .svg, or
+        /// .mmd/.md (Mermaid)
+        #[argh(option)]
+        pub flow: Option<FlowFile>,
     }
 }
 
@@ -75,15 +82,20 @@ fn make_root() -> Result<PathBuf, BoxError> {
 }
 
 /// What the demo needs from the command line.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// The demo's and its processes' `--v`.
     pub verbosity: u8,
+    /// Where to draw act one, if anywhere.
+    pub flow: Option<FlowFile>,
 }
 
 /// The mode's entry from the command line.
 pub fn main(args: Args) -> Result<(), BoxError> {
-    run(Settings { verbosity: args.v })
+    run(Settings {
+        verbosity: args.v,
+        flow: args.flow,
+    })
 }
 
 pub fn run(settings: Settings) -> Result<(), BoxError> {
@@ -93,26 +105,61 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         "csi-nodekit demo in {} (--v=2 shows the processes' logs)\n",
         layout.root.display()
     );
-    let outcome = crate::runtime::run(Threads::Current, acts(&layout, settings.verbosity));
+    let outcome = crate::runtime::run(Threads::Current, acts(&layout, settings));
     let cleanup = cleanup(&layout);
     outcome.and(cleanup)
 }
 
-async fn acts(layout: &Layout, verbosity: u8) -> Result<(), BoxError> {
+async fn acts(layout: &Layout, settings: Settings) -> Result<(), BoxError> {
+    let verbosity = settings.verbosity;
+    let drawing = Drawing::new(settings.flow);
     println!("== Act one: registration (steps 1-7 of the flow) ==");
+    let started = Stamp::now();
     let driver = Child::node_server(layout, DRIVER, NODE, verbosity)?;
-    processes::wait_for_socket(&layout.csi_socket(), Duration::from_secs(10)).await?;
+    let csi_socket = layout.csi_socket();
+    processes::wait_for_socket(&csi_socket, Duration::from_secs(10)).await?;
+    drawing.socket_appeared(
+        started,
+        1,
+        Party::Driver,
+        "csi.sock",
+        &csi_socket.display().to_string(),
+    );
     println!(
         "1. node-server is serving {DRIVER} on {}",
-        layout.csi_socket().display()
+        csi_socket.display()
     );
     let mut kubelet = Kubelet::start(layout, NODE, verbosity)?;
+    let started = Stamp::now();
     let registrar = Child::registrar(layout, verbosity)?;
+    let reg_socket = crate::plugin_registry::socket_path(&layout.registry(), DRIVER);
+    processes::wait_for_socket(&reg_socket, Duration::from_secs(10)).await?;
+    let name = reg_socket
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let at = drawing.socket_appeared(
+        started,
+        2,
+        Party::Registrar,
+        &name,
+        &reg_socket.display().to_string(),
+    );
+    drawing.get_plugin_info(at, DRIVER);
     println!("2. registrar started; 3. it asks the driver its name (GetPluginInfo)");
-    let registered = kubelet.next_event(Duration::from_secs(15)).await?;
-    if registered["event"] != "registered" {
-        return Err(format!("registration did not succeed: {registered}").into());
-    }
+    // Every attempt is drawn: a failed one is retried by the kubelet after its back-off.
+    let registered = loop {
+        let event = kubelet.next_event(Duration::from_secs(15)).await?;
+        drawing.kubelet_event(&event);
+        match event["event"].as_str() {
+            Some("registered") => break event,
+            Some("failed") => println!("   the kubelet failed, and retries: {}", event["reason"]),
+            _ => {
+                drawing.write()?;
+                return Err(format!("registration did not succeed: {event}").into());
+            }
+        }
+    };
     println!(
         "4. the kubelet found {}, called GetInfo",
         registered["socket"].as_str().unwrap_or("?")
@@ -128,6 +175,7 @@ async fn acts(layout: &Layout, verbosity: u8) -> Result<(), BoxError> {
         "7. NotifyRegistrationStatus(true); the registrar's /readyz now says: {}\n",
         registrar.readyz().await
     );
+    drawing.write()?;
 
     println!("== Act two: a volume's life ==");
     volume::life(layout, &layout.csi_socket()).await?;

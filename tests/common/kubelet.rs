@@ -53,6 +53,7 @@ pub fn registered(event: Event) -> (PathBuf, Registration, NodeView) {
             socket,
             registration,
             node,
+            ..
         } => (socket, registration, node),
         other => panic!("expected a registration, got {other:?}"),
     }
@@ -64,6 +65,7 @@ pub fn failed(event: Event) -> (PathBuf, Failure, Retry) {
             socket,
             failure,
             retry,
+            ..
         } => (socket, failure, retry),
         other => panic!("expected a failure, got {other:?}"),
     }

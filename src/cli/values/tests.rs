@@ -145,3 +145,30 @@ fn a_refusal_is_found_in_any_text_around_it() {
     assert_eq!(Refusal::decode("Unrecognized argument: --x\n"), None);
     assert_eq!(Refusal::decode("one \0 two \0 three"), None);
 }
+
+#[test]
+fn flow_files_need_a_known_extension_and_a_place_that_can_be_written() {
+    use crate::flow::Format;
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).display().to_string();
+    assert_eq!(FlowFile::known(&at("f.svg")).format, Format::Svg);
+    assert_eq!(FlowFile::known(&at("f.mmd")).format, Format::Mermaid);
+    assert_eq!(FlowFile::known(&at("f.md")).format, Format::Mermaid);
+    assert!(!dir.path().join("f.svg").exists(), "nothing is created");
+    assert_eq!(
+        why::<FlowFile>(&at("f.png")),
+        "expected a file ending in .svg, .mmd or .md"
+    );
+    assert_eq!(
+        why::<FlowFile>(&at("missing/f.svg")),
+        format!(
+            "cannot be written: directory {}: No such file or directory (os error 2)",
+            at("missing")
+        )
+    );
+    std::fs::create_dir(dir.path().join("d.svg")).unwrap();
+    assert_eq!(
+        why::<FlowFile>(&at("d.svg")),
+        "cannot be written: is a directory"
+    );
+}

@@ -2,7 +2,8 @@
 //! plugin on a live node — registry entry, GetInfo, endpoint, driver — and, with API access,
 //! compares the CSINode, CSIDriver and Node objects with what the node shows. Read-only: it
 //! never calls NotifyRegistrationStatus (that would interfere with the real kubelet, and an
-//! upstream registrar exits on `false`), and never creates, removes or changes a file.
+//! upstream registrar exits on `false`), and never creates, removes or changes a file (but the
+//! `--flow` picture it is asked to write).
 //!
 //! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations).
 //! - [`scan`] — `plugins_registry` and `plugins/` listed without touching them.
@@ -19,6 +20,7 @@ pub mod api;
 pub mod chain;
 mod driver_facts;
 pub mod finding;
+mod flow;
 mod node;
 pub mod report;
 pub mod root;
@@ -83,6 +85,9 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
     let diagnosed = crate::runtime::run_detached(threads, async { Ok(diagnose(&settings).await) })?;
     let report = diagnosed.map_err(UsageError::new)?;
     println!("{}", report.render(settings.output));
+    if let Some(file) = &settings.flow {
+        file.write(&flow::draw(&report))?;
+    }
     match report.count(Severity::Error) {
         0 => Ok(()),
         // The report says what is wrong; the doctor itself did not fail.

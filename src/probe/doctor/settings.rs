@@ -48,6 +48,10 @@ crate::mode_args! {
         /// do not read the Kubernetes API, even with credentials at hand
         #[argh(switch)]
         pub no_api: bool,
+        /// draw each plugin's steps as a sequence diagram in this file: .svg, or .mmd/.md
+        /// (Mermaid)
+        #[argh(option)]
+        pub flow: Option<crate::flow::FlowFile>,
     }
 }
 
@@ -145,6 +149,8 @@ pub struct Settings {
     pub output: Output,
     pub node_name: String,
     pub api: ApiAccess,
+    /// Where to draw the steps, if anywhere.
+    pub flow: Option<crate::flow::FlowFile>,
 }
 
 /// A flag that cannot be used; `main` exits 2 with it.
@@ -186,6 +192,7 @@ impl Settings {
             output: args.output,
             node_name,
             api,
+            flow: args.flow,
         })
     }
 }

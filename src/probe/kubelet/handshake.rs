@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 use super::report::{Failure, Registration};
 use super::state::{Registered, Shared};
 use super::validate::{validate_plugin, validate_versions};
+use crate::flow::{Arrow, Outcome, Party, Stamp};
 use crate::gocompat::{self, DEADLINE_EXCEEDED};
 use crate::proto::csi::node_client::NodeClient;
 use crate::proto::csi::{NodeGetInfoRequest, NodeGetInfoResponse};
@@ -40,13 +41,14 @@ async fn call<T>(
     }
 }
 
-/// The registration client and the text for this socket in error messages.
-struct Plugin {
+/// The registration client, the text for this socket in error messages, and the calls made.
+struct Plugin<'a> {
     client: RegistrationClient<Channel>,
     socket: String,
+    calls: &'a mut Vec<Arrow>,
 }
 
-impl Plugin {
+impl Plugin<'_> {
     /// `notifyPlugin`: a failed call yields `"<errStr>: <call error>"`.
     async fn notify(&mut self, registered: bool, error: &str) -> Result<(), String> {
         log::trace!("NotifyRegistrationStatus({registered}) to {}", self.socket);
@@ -54,13 +56,26 @@ impl Plugin {
             plugin_registered: registered,
             error: error.to_owned(),
         };
-        call(
+        let stamp = Stamp::now();
+        let result = call(
             NOTIFY_TIMEOUT,
             self.client.notify_registration_status(status),
         )
         .await
         .map(drop)
-        .map_err(|e| format!("{error}: {e}"))
+        .map_err(|e| format!("{error}: {e}"));
+        let (shown, outcome) = match (&result, registered) {
+            (Err(e), _) => (format!("the call failed: {e}"), Outcome::Failed),
+            (Ok(()), true) => ("registered".to_owned(), Outcome::Ok),
+            (Ok(()), false) => (error.to_owned(), Outcome::Failed),
+        };
+        let name = format!("NotifyRegistrationStatus({registered})");
+        self.record(stamp.arrow(7, Party::Kubelet, Party::Registrar, &name, shown, outcome));
+        result
+    }
+
+    fn record(&mut self, arrow: Arrow) {
+        self.calls.push(arrow.in_group(self.socket.clone()));
     }
 
     /// Tells the plugin why it was refused; the reason reported is what it was told, or why
@@ -87,35 +102,69 @@ fn failure(reason: String) -> Failure {
     }
 }
 
-/// Registers the plugin behind `socket`, recording it under `identity` once validated.
+/// Registers the plugin behind `socket`, recording it under `identity` once validated; every
+/// call made is added to `calls`, timed, in the order made.
 pub async fn register(
     shared: &Shared,
     socket: &Path,
     identity: u64,
+    calls: &mut Vec<Arrow>,
 ) -> Result<Registration, Failure> {
     let at = socket.display().to_string();
+    // The dial is part of GetInfo's arrow: it is how the kubelet reaches the registrar.
+    let stamp = Stamp::now();
+    let get_info = |result: String, outcome| {
+        stamp
+            .arrow(
+                4,
+                Party::Kubelet,
+                Party::Registrar,
+                "GetInfo",
+                result,
+                outcome,
+            )
+            .in_group(at.clone())
+    };
     // grpc-go's blocking dial keeps trying until its deadline, as `socket::dial` does.
     let channel = timeout(DIAL_TIMEOUT, socket::dial(socket, DIAL_TIMEOUT, None))
         .await
         .map_err(|_| "context deadline exceeded".to_owned())
         .and_then(|dialled| dialled.map_err(|e| e.to_string()))
         .map_err(|e| {
-            failure(format!(
+            let reason = format!(
                 "RegisterPlugin error -- dial failed at socket {at}, err: failed to dial socket {at}, err: {e}"
-            ))
+            );
+            calls.push(get_info(reason.clone(), Outcome::Failed));
+            failure(reason)
         })?;
-    let mut plugin = Plugin {
-        client: RegistrationClient::new(channel),
-        socket: at.clone(),
-    };
     log::trace!("GetInfo from {at}");
-    let info = call(GET_INFO_TIMEOUT, plugin.client.get_info(InfoRequest {}))
+    let mut client = RegistrationClient::new(channel);
+    let info = call(GET_INFO_TIMEOUT, client.get_info(InfoRequest {}))
         .await
         .map_err(|e| {
-            failure(format!(
+            let reason = format!(
                 "RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket {at}, err: {e}"
-            ))
+            );
+            calls.push(get_info(reason.clone(), Outcome::Failed));
+            failure(reason)
         })?;
+    let shown = format!(
+        "{} {}, endpoint {}, versions {}",
+        info.r#type,
+        info.name,
+        if info.endpoint.is_empty() {
+            "(this socket)"
+        } else {
+            &info.endpoint
+        },
+        info.supported_versions.join(",")
+    );
+    calls.push(get_info(shown, Outcome::Ok));
+    let mut plugin = Plugin {
+        client,
+        socket: at.clone(),
+        calls,
+    };
     log::trace!(
         "GetInfo from {at}: type {:?}, name {:?}, endpoint {:?}, versions {:?}",
         info.r#type,
@@ -164,13 +213,50 @@ pub async fn register(
         Err(e) => Err(e),
         Ok(_) => {
             let target = endpoint_path(shared.host_root.as_deref(), &endpoint, &info.endpoint);
-            let installed = node_get_info(&target).await.and_then(|node| {
+            let stamp = Stamp::now();
+            let answer = node_get_info(&target).await;
+            plugin.record(match &answer {
+                Ok(node) => stamp.arrow(
+                    5,
+                    Party::Kubelet,
+                    Party::Driver,
+                    "NodeGetInfo",
+                    node_info_text(node),
+                    Outcome::Ok,
+                ),
+                Err(e) => stamp.arrow(
+                    5,
+                    Party::Kubelet,
+                    Party::Driver,
+                    "NodeGetInfo",
+                    e.clone(),
+                    Outcome::Failed,
+                ),
+            });
+            let installed = answer.and_then(|node| {
                 let topology = node.accessible_topology.unwrap_or_default().segments;
-                shared
+                let stamp = Stamp::now();
+                let written = shared
                     .lock()
                     .node
                     .install(driver, &node.node_id, node.max_volumes_per_node, &topology)
-                    .map(|()| node.node_id)
+                    .map(|()| node.node_id);
+                let (shown, outcome) = match &written {
+                    Ok(id) => (
+                        format!("Node annotation nodeid {driver}={id}, CSINode entry {driver}"),
+                        Outcome::Ok,
+                    ),
+                    Err(e) => (e.clone(), Outcome::Failed),
+                };
+                plugin.record(stamp.arrow(
+                    6,
+                    Party::Kubelet,
+                    Party::Api,
+                    "update Node and CSINode (emulated)",
+                    shown,
+                    outcome,
+                ));
+                written
             });
             if installed.is_err() {
                 shared.lock().forget_driver(driver);
@@ -200,6 +286,24 @@ pub async fn register(
         endpoint,
         node_id,
     })
+}
+
+/// NodeGetInfo's answer on one line: node ID, maximum volumes, topology.
+fn node_info_text(node: &NodeGetInfoResponse) -> String {
+    let mut text = format!("node ID {}", node.node_id);
+    if node.max_volumes_per_node > 0 {
+        text.push_str(&format!(", max volumes {}", node.max_volumes_per_node));
+    }
+    if let Some(topology) = &node.accessible_topology {
+        let mut segments: Vec<_> = topology
+            .segments
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        segments.sort();
+        text.push_str(&format!(", topology {}", segments.join(",")));
+    }
+    text
 }
 
 /// Where to dial the driver: its endpoint (a `unix://` URL or a path), under `--host-root` when

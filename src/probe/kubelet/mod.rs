@@ -27,6 +27,7 @@ use argh::{ArgsInfo, FromArgs};
 use tokio::sync::mpsc::{self, UnboundedSender};
 
 use crate::BoxError;
+use crate::flow::{Flow, FlowFile, Recorder};
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
 pub use report::{Event, Failure, NodeView, Output, Registration, Report, Retry};
@@ -56,6 +57,10 @@ crate::mode_args! {
         /// report format: text or json (default "text")
         #[argh(option, default = "Output::Text")]
         pub output: Output,
+        /// draw the calls seen as a sequence diagram in this file: .svg, or .mmd/.md (Mermaid);
+        /// rewritten after every event
+        #[argh(option)]
+        pub flow: Option<FlowFile>,
     }
 }
 
@@ -102,7 +107,17 @@ pub async fn watch(
     events: UnboundedSender<Event>,
     shutdown: Shutdown,
 ) -> Result<(), RegistryError> {
-    let shared = Arc::new(Shared::new(config.node_name.clone(), config.host_root));
+    watch_drawn(config, events, shutdown, Recorder::off()).await
+}
+
+/// [`watch`], drawing every call and socket event into `flow`.
+pub async fn watch_drawn(
+    config: Config,
+    events: UnboundedSender<Event>,
+    shutdown: Shutdown,
+    flow: Recorder,
+) -> Result<(), RegistryError> {
+    let shared = Arc::new(Shared::new(config.node_name.clone(), config.host_root).drawn(flow));
     let watcher = watcher::Watcher::start(&config.registry, shared.clone())?;
     log::info!(
         "watching {} for plugins of node {}",
@@ -122,13 +137,20 @@ pub async fn watch(
 /// Walks the registry once and registers every socket found, one after the other (so that
 /// duplicate driver names resolve in walk order). A failure is reported, not retried.
 pub async fn once(config: Config) -> Result<Report, RegistryError> {
+    once_drawn(config, Recorder::off()).await
+}
+
+/// [`once`], drawing every call and socket event into `flow`.
+pub async fn once_drawn(config: Config, flow: Recorder) -> Result<Report, RegistryError> {
     watcher::ensure_dir(&config.registry)?;
     let sockets = watcher::sockets(&config.registry)?;
-    let shared = Shared::new(config.node_name, config.host_root);
+    let shared = Shared::new(config.node_name, config.host_root).drawn(flow);
     let mut plugins = Vec::with_capacity(sockets.len());
     for socket in sockets {
-        let identity = shared.lock().add_desired(&socket);
-        let result = handshake::register(&shared, &socket, identity).await;
+        let identity = shared.socket_found(&socket);
+        let mut calls = Vec::new();
+        let result = handshake::register(&shared, &socket, identity, &mut calls).await;
+        shared.flow.extend(calls);
         if let Err(failure) = &result {
             log::info!("failed {}: {}", socket.display(), failure.reason);
         }
@@ -148,6 +170,8 @@ pub struct Settings {
     /// Walk once, print one report, exit.
     pub once: bool,
     pub output: Output,
+    /// Where to draw the flow, if anywhere.
+    pub flow: Option<FlowFile>,
 }
 
 impl Settings {
@@ -155,6 +179,7 @@ impl Settings {
         Ok(Self {
             output: args.output,
             once: args.once,
+            flow: args.flow,
             config: Config {
                 registry: args.plugins_registry,
                 host_root: args.host_root,
@@ -170,14 +195,27 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         config,
         once: just_once,
         output,
+        flow: file,
     } = settings;
+    let flow = match file {
+        Some(_) => Recorder::on(),
+        None => Recorder::off(),
+    };
+    let title = format!("probe kubelet: {}", config.registry.display());
+    let draw = move |flow: &Recorder| -> Result<(), BoxError> {
+        match &file {
+            Some(file) => Ok(file.write(&Flow::new(title.clone(), flow.arrows()))?),
+            None => Ok(()),
+        }
+    };
     let threads = Threads::Multi {
         workers: 2,
         blocking: None,
     };
     if just_once {
         return crate::runtime::run(threads, async move {
-            let report = once(config).await?;
+            let report = once_drawn(config, flow.clone()).await?;
+            draw(&flow)?;
             println!("{}", report.render(output));
             match report.problem() {
                 None => Ok(()),
@@ -190,16 +228,19 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         let printing = async {
             while let Some(event) = events.recv().await {
                 println!("{}", event.render(output));
+                if let Err(e) = draw(&flow) {
+                    log::error!("{e}");
+                }
             }
         };
         let result = tokio::select! {
-            result = watch(config, sender, shutdown) => result.map_err(Into::into),
+            result = watch_drawn(config, sender, shutdown, flow.clone()) => result.map_err(Into::into),
             () = printing => Ok(()),
         };
         // Events that were already queued when the signal came are still printed.
         while let Ok(event) = events.try_recv() {
             println!("{}", event.render(output));
         }
-        result
+        result.and(draw(&flow))
     })
 }

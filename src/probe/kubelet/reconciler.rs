@@ -75,7 +75,9 @@ fn reconcile(shared: &Arc<Shared>, events: &UnboundedSender<Event>) {
         log::debug!("registering {}", socket.display());
         let (shared, events) = (shared.clone(), events.clone());
         tokio::spawn(async move {
-            let result = handshake::register(&shared, &socket, identity).await;
+            let mut calls = Vec::new();
+            let result = handshake::register(&shared, &socket, identity, &mut calls).await;
+            shared.flow.extend(calls.iter().cloned());
             let event = {
                 let mut state = shared.lock();
                 state.finish(&socket, result.is_ok(), Instant::now());
@@ -84,6 +86,7 @@ fn reconcile(shared: &Arc<Shared>, events: &UnboundedSender<Event>) {
                         socket,
                         registration,
                         node: state.view(&shared.node_name),
+                        calls,
                     },
                     Err(failure) => {
                         log::info!("failed {}: {}", socket.display(), failure.reason);
@@ -101,6 +104,7 @@ fn reconcile(shared: &Arc<Shared>, events: &UnboundedSender<Event>) {
                             socket,
                             failure,
                             retry,
+                            calls,
                         }
                     }
                 }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::csinode::NODE_ID_ANNOTATION;
 use crate::cli::values::{FlagValue, Refusal};
+use crate::flow::Arrow;
 
 /// How events and reports are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,11 +76,14 @@ pub enum Event {
         socket: PathBuf,
         registration: Registration,
         node: NodeView,
+        /// The calls of this attempt, timed (JSON's `calls`).
+        calls: Vec<Arrow>,
     },
     Failed {
         socket: PathBuf,
         failure: Failure,
         retry: Retry,
+        calls: Vec<Arrow>,
     },
     Deregistered {
         socket: PathBuf,
@@ -140,6 +144,7 @@ impl Event {
                 socket,
                 registration: r,
                 node,
+                calls,
             } => json!({
                 "event": "registered",
                 "socket": socket,
@@ -148,12 +153,15 @@ impl Event {
                 "nodeID": r.node_id,
                 "node": node_json(node),
                 "csiNode": node.csi_node,
+                "calls": calls,
             }),
             Event::Failed {
                 socket,
                 failure,
                 retry,
+                calls,
             } => json!({
+                "calls": calls,
                 "event": "failed",
                 "socket": socket,
                 "driver": failure.driver,
@@ -183,6 +191,7 @@ impl Event {
                 socket,
                 registration: r,
                 node,
+                ..
             } => format!(
                 "registered {} from {} (endpoint {}, node ID {})\n{}",
                 r.driver,
@@ -195,6 +204,7 @@ impl Event {
                 socket,
                 failure,
                 retry,
+                ..
             } => {
                 let then = match retry {
                     Retry::After(wait) => format!("the kubelet retries in {wait:?} or later"),
@@ -351,6 +361,7 @@ mod tests {
     #[test]
     fn a_failure_event_says_whether_the_kubelet_retries() {
         let failed = |retry| Event::Failed {
+            calls: Vec::new(),
             socket: "/reg/a".into(),
             failure: Failure {
                 driver: Some("d".into()),

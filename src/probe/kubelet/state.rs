@@ -12,6 +12,7 @@ use super::backoff::Backoff;
 use super::csinode::NodeState;
 use super::report::NodeView;
 use super::validate::Version;
+use crate::flow::{Outcome, Party, Recorder, Stamp};
 
 /// A plugin that passed validation; upstream records it before calling the CSI handler, so a
 /// later failure (NodeGetInfo, the API writes) still leaves it here and it is not retried.
@@ -96,6 +97,8 @@ pub struct Shared {
     pub node_name: String,
     /// Prefix for host paths that plugins give as their endpoint.
     pub host_root: Option<PathBuf>,
+    /// Every call and socket event, for `--flow`; off unless asked for.
+    pub flow: Recorder,
     state: Mutex<State>,
 }
 
@@ -104,8 +107,37 @@ impl Shared {
         Self {
             node_name,
             host_root,
+            flow: Recorder::off(),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same, drawing its flow into `flow`.
+    pub fn drawn(self, flow: Recorder) -> Self {
+        Self { flow, ..self }
+    }
+
+    /// A registration socket appeared (a create event, or found by the walk at start): the
+    /// registrar's step 2 as the kubelet sees it.
+    pub fn socket_found(&self, socket: &Path) -> u64 {
+        let at = socket.display().to_string();
+        let name = socket
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.flow.record(
+            Stamp::now()
+                .arrow(
+                    2,
+                    Party::Registrar,
+                    Party::Registrar,
+                    &format!("{name} appeared"),
+                    format!("seen by the kubelet's watcher: {at}"),
+                    Outcome::Ok,
+                )
+                .in_group(at),
+        );
+        self.lock().add_desired(socket)
     }
 
     /// Never held across an await; a panic elsewhere leaves the state usable.

@@ -181,7 +181,7 @@ impl Watcher {
             }
         } else if meta.file_type().is_socket() {
             log::debug!("socket {} created", path.display());
-            self.shared.lock().add_desired(path);
+            self.shared.socket_found(path);
         } else {
             log::trace!("ignoring non-socket file {}", path.display());
         }
