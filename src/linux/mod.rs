@@ -10,9 +10,12 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
+//!   volume's limit).
 
 pub mod copy;
 pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
+pub mod privilege;
 pub mod quota;

@@ -64,13 +64,17 @@ fn status(error: ControllerError) -> Status {
         }
         E::Copy(e) if e.is_out_of_space() => Code::ResourceExhausted,
         // "Unsupported capacity" on expansion, or smaller than the source.
-        E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } | E::SourceTooLarge { .. } => {
-            Code::OutOfRange
-        }
+        // A source holding more than the size asked for is "smaller than the source" too.
+        E::Volume(V::NoRoomToGrow { .. })
+        | E::WouldShrink { .. }
+        | E::SourceTooLarge { .. }
+        | E::SourceHolds { .. }
+        | E::CopyTooLarge { .. } => Code::OutOfRange,
         E::Volume(V::Unlocatable(_) | V::Io { .. } | V::Store(_) | V::Quota(_))
         | E::Mount(_)
         | E::Worker(_)
         | E::Loop(_)
+        | E::Privilege(_)
         | E::Copy(_) => Code::Internal,
     };
     Status::new(code, error.to_string())

@@ -160,6 +160,22 @@ impl VolumeQuotas {
         }
     }
 
+    /// While a restore or clone fills a new volume: its byte limit raised by `headroom`, as
+    /// a filesystem's transactions reserve a few blocks beyond what they keep (XFS: a
+    /// reflink's block-map updates), so a source that fits the size exactly can still be
+    /// copied. [`Self::apply`] puts the limit back once the copy is done; what the copy then
+    /// holds is checked against the size itself.
+    pub fn allow_copy(&self, record: &Record, headroom: u64) -> Result<(), QuotaError> {
+        match (self, record.project_id) {
+            (Self::Enforcing { fs, .. }, Some(id)) => {
+                let mut limits = limits(record);
+                limits.bytes = limits.bytes.saturating_add(headroom);
+                fs.set_limits(id, limits)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Gives a deleted volume's project ID back: its limits cleared (its directory is gone,
     /// so nothing is charged to it any more), then free for the next volume.
     pub fn release(&self, record: &Record) -> Result<(), QuotaError> {

@@ -10,6 +10,7 @@
 //! the unprivileged writer process a case starts.
 
 mod cases;
+mod copies;
 mod enforce;
 mod fixtures;
 mod lifecycle;
