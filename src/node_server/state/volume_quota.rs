@@ -87,6 +87,15 @@ impl VolumeQuotas {
         }
     }
 
+    /// New IDs in `order` (random unless a test names the IDs it expects).
+    pub fn in_order(self, order: quota::Order) -> Self {
+        if let Self::Enforcing { ids, .. } = &self {
+            let mut ids = Self::ids(ids);
+            *ids = ids.clone().in_order(order);
+        }
+        self
+    }
+
     /// Sizes accounted only, without looking at any filesystem (`--quota=off`).
     pub fn off() -> Self {
         let decision = quota::decide(Mode::Off, || unreachable!("off never probes"));
@@ -133,7 +142,10 @@ impl VolumeQuotas {
                 log::error!("volume {} is not held to its size: {e}", record.id);
             }
         }
-        *Self::ids(ids) = ProjectIds::new(PROJECT_IDS, recorded).avoiding(listed);
+        let mut ids = Self::ids(ids);
+        *ids = ProjectIds::new(PROJECT_IDS, recorded)
+            .avoiding(listed)
+            .in_order(ids.order());
     }
 
     /// A project ID for a new volume, when sizes are enforced.

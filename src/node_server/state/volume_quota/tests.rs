@@ -1,4 +1,5 @@
 use super::*;
+use crate::linux::quota::Order;
 
 fn record(project_id: Option<u32>) -> Record {
     Record {
@@ -64,7 +65,8 @@ use crate::linux::quota::{Limits, Usage};
 
 /// Quotas enforced by a fake the test keeps a handle on.
 fn enforcing(quotas: RecordingQuotas) -> (VolumeQuotas, RecordingQuotas) {
-    (VolumeQuotas::enforcing(Box::new(quotas.clone())), quotas)
+    let q = VolumeQuotas::enforcing(Box::new(quotas.clone())).in_order(Order::LowestFirst);
+    (q, quotas)
 }
 
 fn sized(id: &str, capacity: u64, project_id: Option<u32>) -> Record {
