@@ -137,7 +137,7 @@ pub fn release_clears_the_limit_and_deletion_frees_the_id(kind: FsKind) {
     std::fs::remove_dir_all(&vol).unwrap();
     fs.sync();
     assert!(record_gone(&q, FIRST), "a quota record is left for {FIRST}");
-    let mut ids = ProjectIds::new(PROJECT_IDS, []);
+    let mut ids = ProjectIds::new(PROJECT_IDS, []).in_order(Order::LowestFirst);
     assert_eq!(
         ids.allocate(&q).unwrap(),
         FIRST,
