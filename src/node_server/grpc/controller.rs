@@ -53,8 +53,9 @@ fn status(error: ControllerError) -> Status {
             Code::InvalidArgument
         }
         E::BlockSize { .. } => Code::OutOfRange,
-        // DeleteVolume of a volume that is still mounted.
-        E::Volume(V::InUse { .. }) => Code::FailedPrecondition,
+        // DeleteVolume of a volume that is still mounted; an expansion whose limit would
+        // stay where it is (sizes not enforced now).
+        E::Volume(V::InUse { .. } | V::LimitKept { .. }) => Code::FailedPrecondition,
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
         E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project

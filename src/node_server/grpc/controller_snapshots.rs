@@ -43,7 +43,8 @@ pub fn status(error: SnapshotError) -> Status {
             | V::Unlocatable(_)
             | V::Io { .. }
             | V::Store(_)
-            | V::Quota(_),
+            | V::Quota(_)
+            | V::LimitKept { .. },
         )
         | E::Copy { .. }
         | E::Remove(_)

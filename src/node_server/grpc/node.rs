@@ -57,7 +57,7 @@ fn status(error: NodeError) -> Status {
             Code::AlreadyExists
         }
         E::MissingParent { .. }
-        | E::Volume(V::InUse { .. })
+        | E::Volume(V::InUse { .. } | V::LimitKept { .. })
         | E::Publish(
             P::Symlink { .. }
             | P::NotADirectory { .. }

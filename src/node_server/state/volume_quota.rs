@@ -18,6 +18,7 @@ use crate::linux::quota::{
     self, Decision, Limits, Mode, PROJECT_IDS, ProjectIds, ProjectQuotas, QuotaError, QuotaFs,
 };
 use crate::node_server::state::store::Record;
+use crate::node_server::state::volumes::VolumeError;
 
 pub use crate::linux::quota::Usage;
 
@@ -164,6 +165,20 @@ impl VolumeQuotas {
         }
     }
 
+    /// Refuses a change of a volume's limits that could not be made: one it has a project
+    /// quota for, on a node that does not enforce sizes now (`--quota=off`, or quotas gone from
+    /// the filesystem), keeps its old limit in the filesystem, so a new size would be a lie.
+    pub fn check_changeable(&self, record: &Record) -> Result<(), VolumeError> {
+        match (self, record.project_id) {
+            (Self::AccountOnly { reason }, Some(project_id)) => Err(VolumeError::LimitKept {
+                id: record.id.clone(),
+                project_id,
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Sets a volume's limit to its (new) capacity, at once.
     pub fn apply(&self, record: &Record) -> Result<(), QuotaError> {
         match (self, record.project_id) {
@@ -189,9 +204,28 @@ impl VolumeQuotas {
     }
 
     /// Gives a deleted volume's project ID back: its limits cleared (its directory is gone,
-    /// so nothing is charged to it any more), then free for the next volume.
+    /// so nothing is charged to it any more), then free for the next volume. Unless something
+    /// is still charged to it — a file moved out of the volume, a hard link elsewhere, a file
+    /// held open past an `umount -l` — which would then write unlimited: the project keeps a
+    /// limit of one block and one inode (what it holds stays, nothing more fits), its ID stays
+    /// taken, and a warning says so. Deleting the leftovers frees it at the next start.
     pub fn release(&self, record: &Record) -> Result<(), QuotaError> {
         if let (Self::Enforcing { fs, ids }, Some(id)) = (self, record.project_id) {
+            let left = fs.usage(id)?;
+            if left.bytes > 0 || left.inodes > 0 {
+                fs.set_limits(id, LEFTOVER_LIMITS)?;
+                log::warn!(
+                    "volume {} is deleted, but {} bytes in {} inodes elsewhere are still \
+                     charged to its project quota {id}: the project keeps a limit of {} bytes \
+                     and {} inode, and its ID is not reused",
+                    record.id,
+                    left.bytes,
+                    left.inodes,
+                    LEFTOVER_LIMITS.bytes,
+                    LEFTOVER_LIMITS.inodes
+                );
+                return Ok(());
+            }
             fs.release(None, id)?;
             Self::ids(ids).free(id);
         }
@@ -244,6 +278,13 @@ impl VolumeQuotas {
         })
     }
 }
+
+/// What a deleted volume's project keeps while files elsewhere are still charged to it: the
+/// least limits there are (0 would mean none).
+const LEFTOVER_LIMITS: Limits = Limits {
+    bytes: 4096,
+    inodes: 1,
+};
 
 /// A volume's limits: its capacity in bytes (at least one byte, as 0 would mean no limit),
 /// and its `inodeLimit` (none unless one was set).

@@ -46,6 +46,17 @@ pub enum VolumeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Quota(#[from] QuotaError),
+    /// A new size or limit for a volume whose project quota this node does not manage now:
+    /// the filesystem would keep holding it to the old one.
+    #[error(
+        "volume {id} is held by project quota {project_id}, which stays at its old limit: {reason}; \
+         start node-server with sizes enforced to change it"
+    )]
+    LimitKept {
+        id: String,
+        project_id: u32,
+        reason: String,
+    },
 }
 
 /// `map_err(io("remove", path))`: an I/O error with its operation and path.
@@ -392,6 +403,7 @@ impl Volumes {
     pub fn resize(&self, id: &str, capacity: u64) -> Result<Record, VolumeError> {
         let _provisioning = lock(&self.provisioning);
         let mut record = self.known(id)?;
+        self.quotas.check_changeable(&record)?;
         let growth = capacity.saturating_sub(record.capacity);
         let available = self.available()?;
         if growth > available {
@@ -442,6 +454,7 @@ impl Volumes {
     /// Holds a volume to its recorded capacity at once (expansion; a retry after a failed
     /// one finds the record already grown and only needs this).
     pub fn apply_limit(&self, record: &Record) -> Result<(), VolumeError> {
+        self.quotas.check_changeable(record)?;
         Ok(self.quotas.apply(record)?)
     }
 
@@ -477,6 +490,14 @@ impl Volumes {
         // Its project ID goes before the record that holds it; a failure here leaves the
         // record, and the next DeleteVolume releases it.
         if let Some(record) = self.get(id) {
+            // XFS frees removed inodes in the background: flushed, what is still charged to
+            // the project is what lives on elsewhere.
+            if record.project_id.is_some()
+                && let Ok(data) = std::fs::File::open(self.state.volume_data())
+                && let Err(e) = nix::unistd::syncfs(&data)
+            {
+                log::warn!("sync {}: {e}", self.state.volume_data().display());
+            }
             self.quotas.release(&record)?;
         }
         self.store.remove(id)?;

@@ -13,6 +13,7 @@ mod cases;
 mod copies;
 mod enforce;
 mod fixtures;
+mod leftovers;
 mod lifecycle;
 mod modify;
 mod served;

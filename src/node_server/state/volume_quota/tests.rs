@@ -178,6 +178,36 @@ fn a_deleted_volumes_limits_are_cleared_and_its_id_is_free_for_the_next() {
 }
 
 #[test]
+fn a_deleted_volume_whose_project_still_holds_files_elsewhere_keeps_a_least_limit_and_its_id() {
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    q.adopt([]);
+    let id = q.allocate().unwrap().unwrap();
+    let escaped = Usage {
+        bytes: 24 << 20,
+        inodes: 1,
+        ..Default::default()
+    };
+    fake.projects.lock().unwrap().insert(id, escaped);
+    q.release(&sized("v", 8 << 20, Some(id))).unwrap();
+    assert_eq!(
+        fake.calls(),
+        [Call::SetLimits(
+            id,
+            Limits {
+                bytes: 4096,
+                inodes: 1
+            }
+        )],
+        "its limits are not cleared"
+    );
+    assert_ne!(
+        q.allocate().unwrap(),
+        Some(id),
+        "its ID is not handed out again"
+    );
+}
+
+#[test]
 fn a_failed_creation_untags_its_directory_and_gives_the_id_back() {
     let (q, fake) = enforcing(RecordingQuotas::default());
     q.adopt([]);
@@ -225,4 +255,25 @@ fn a_volumes_hold_is_its_projects_usage_or_says_why_it_is_not_enforced() {
         why.contains("created while sizes were not enforced"),
         "{why}"
     );
+}
+
+#[test]
+fn a_quotad_volumes_limit_is_not_changeable_while_sizes_are_not_enforced() {
+    let off = VolumeQuotas::off();
+    let quotad = sized("v", 8 << 20, Some(*PROJECT_IDS.start()));
+    let refused = off
+        .check_changeable(&quotad)
+        .expect_err("its old limit would stay");
+    assert!(
+        matches!(&refused, VolumeError::LimitKept { project_id, .. } if *project_id == *PROJECT_IDS.start()),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("stays at its old limit"),
+        "{refused}"
+    );
+    off.check_changeable(&sized("w", 8 << 20, None))
+        .expect("an unenforced volume's size is only accounted");
+    let (on, _) = enforcing(RecordingQuotas::default());
+    on.check_changeable(&quotad).expect("enforced: applied");
 }
