@@ -204,28 +204,9 @@ impl VolumeQuotas {
     }
 
     /// Gives a deleted volume's project ID back: its limits cleared (its directory is gone,
-    /// so nothing is charged to it any more), then free for the next volume. Unless something
-    /// is still charged to it — a file moved out of the volume, a hard link elsewhere, a file
-    /// held open past an `umount -l` — which would then write unlimited: the project keeps a
-    /// limit of one block and one inode (what it holds stays, nothing more fits), its ID stays
-    /// taken, and a warning says so. Deleting the leftovers frees it at the next start.
+    /// so nothing is charged to it any more), then free for the next volume.
     pub fn release(&self, record: &Record) -> Result<(), QuotaError> {
         if let (Self::Enforcing { fs, ids }, Some(id)) = (self, record.project_id) {
-            let left = fs.usage(id)?;
-            if left.bytes > 0 || left.inodes > 0 {
-                fs.set_limits(id, LEFTOVER_LIMITS)?;
-                log::warn!(
-                    "volume {} is deleted, but {} bytes in {} inodes elsewhere are still \
-                     charged to its project quota {id}: the project keeps a limit of {} bytes \
-                     and {} inode, and its ID is not reused",
-                    record.id,
-                    left.bytes,
-                    left.inodes,
-                    LEFTOVER_LIMITS.bytes,
-                    LEFTOVER_LIMITS.inodes
-                );
-                return Ok(());
-            }
             fs.release(None, id)?;
             Self::ids(ids).free(id);
         }
@@ -278,13 +259,6 @@ impl VolumeQuotas {
         })
     }
 }
-
-/// What a deleted volume's project keeps while files elsewhere are still charged to it: the
-/// least limits there are (0 would mean none).
-const LEFTOVER_LIMITS: Limits = Limits {
-    bytes: 4096,
-    inodes: 1,
-};
 
 /// A volume's limits: its capacity in bytes (at least one byte, as 0 would mean no limit),
 /// and its `inodeLimit` (none unless one was set).

@@ -490,14 +490,6 @@ impl Volumes {
         // Its project ID goes before the record that holds it; a failure here leaves the
         // record, and the next DeleteVolume releases it.
         if let Some(record) = self.get(id) {
-            // XFS frees removed inodes in the background: flushed, what is still charged to
-            // the project is what lives on elsewhere.
-            if record.project_id.is_some()
-                && let Ok(data) = std::fs::File::open(self.state.volume_data())
-                && let Err(e) = nix::unistd::syncfs(&data)
-            {
-                log::warn!("sync {}: {e}", self.state.volume_data().display());
-            }
             self.quotas.release(&record)?;
         }
         self.store.remove(id)?;

@@ -52,7 +52,7 @@ const GENERIC: &[(&str, Case)] = cases![
     restores_and_clones_get_a_project_of_their_own_and_are_held_to_their_size,
     root_without_cap_sys_resource_on_its_thread_stops_at_the_limit,
     restores_and_clones_hold_to_the_size_asked_for_and_a_full_source_fits_at_its_own,
-    expanding_a_quotad_volume_under_quota_off_is_refused_and_a_deleted_ones_leftovers_stay_limited,
+    expanding_a_quotad_volume_under_quota_off_is_refused_and_applied_once_enforced,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's

@@ -178,36 +178,6 @@ fn a_deleted_volumes_limits_are_cleared_and_its_id_is_free_for_the_next() {
 }
 
 #[test]
-fn a_deleted_volume_whose_project_still_holds_files_elsewhere_keeps_a_least_limit_and_its_id() {
-    let (q, fake) = enforcing(RecordingQuotas::default());
-    q.adopt([]);
-    let id = q.allocate().unwrap().unwrap();
-    let escaped = Usage {
-        bytes: 24 << 20,
-        inodes: 1,
-        ..Default::default()
-    };
-    fake.projects.lock().unwrap().insert(id, escaped);
-    q.release(&sized("v", 8 << 20, Some(id))).unwrap();
-    assert_eq!(
-        fake.calls(),
-        [Call::SetLimits(
-            id,
-            Limits {
-                bytes: 4096,
-                inodes: 1
-            }
-        )],
-        "its limits are not cleared"
-    );
-    assert_ne!(
-        q.allocate().unwrap(),
-        Some(id),
-        "its ID is not handed out again"
-    );
-}
-
-#[test]
 fn a_failed_creation_untags_its_directory_and_gives_the_id_back() {
     let (q, fake) = enforcing(RecordingQuotas::default());
     q.adopt([]);
