@@ -10,6 +10,8 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
+//!   volume's limit).
 //! - [`resolve`] — request paths resolved following only links root placed, and mount points
 //!   made or removed through a parent opened without following any.
 
@@ -17,5 +19,6 @@ pub mod copy;
 pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
+pub mod privilege;
 pub mod quota;
 pub mod resolve;

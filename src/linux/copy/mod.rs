@@ -34,6 +34,7 @@ mod meta;
 mod partial;
 mod sys;
 mod tree;
+mod usage;
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -46,6 +47,7 @@ use nix::unistd::{fsync, syncfs};
 pub use error::CopyError;
 use error::errno_at;
 use partial::Partial;
+pub use usage::{TreeUsage, tree_usage};
 
 /// The deepest tree a copy or a removal goes into: each level holds two descriptors open.
 pub const MAX_DEPTH: usize = 512;

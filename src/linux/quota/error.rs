@@ -103,6 +103,9 @@ pub enum QuotaError {
     },
     #[error("no free project ID left in {start}..={end} on {}", path.display())]
     Exhausted { start: u32, end: u32, path: PathBuf },
+    /// The kernel's random numbers, for a project ID no pod can guess, were not to be had.
+    #[error("draw a random project ID: {0}")]
+    Random(String),
 }
 
 impl QuotaError {

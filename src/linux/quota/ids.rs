@@ -12,6 +12,13 @@
 //! exec-directory quotas use 2^31 .. 2^32 - 2, administrators and container runtimes use
 //! small IDs. Ours is the 2^24 IDs from 2^30, far from all three; the scan keeps even a
 //! collision inside it harmless.
+//!
+//! Where in the range: a new ID is the first free one from a random point (wrapping round),
+//! not the lowest, so the ID of the next volume cannot be guessed. A pod can read its own
+//! volume's ID (`lsattr -pd`) and, as its files' owner, move them into another project; with
+//! sequential IDs it could aim at a neighbour's (its own ID plus one), and charge its writes to
+//! it. Among 2^24 IDs, a pod that guesses almost surely lands in a project nobody uses: that
+//! escapes its own limit (which no ID choice prevents) but charges no neighbour.
 
 use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
@@ -48,6 +55,16 @@ pub struct ProjectIds {
     range: RangeInclusive<u32>,
     taken: BTreeSet<u32>,
     listed: BTreeSet<u32>,
+    order: Order,
+}
+
+/// Where an allocation starts looking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// From a random ID of the range: what volumes get.
+    Random,
+    /// From the range's start: the lowest free ID, for tests that name the IDs they expect.
+    LowestFirst,
 }
 
 impl ProjectIds {
@@ -57,7 +74,18 @@ impl ProjectIds {
             range,
             taken: recorded.into_iter().collect(),
             listed: BTreeSet::new(),
+            order: Order::Random,
         }
+    }
+
+    /// Allocates in `order` from now on.
+    pub fn in_order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+
+    pub fn order(&self) -> Order {
+        self.order
     }
 
     /// Also avoids these IDs (from [`read_listed`]).
@@ -66,24 +94,33 @@ impl ProjectIds {
         self
     }
 
-    /// The lowest ID of the range that nobody uses; it is ours until [`Self::free`].
+    /// An ID of the range that nobody uses, the first one from where [`Order`] starts,
+    /// wrapping round to the range's start; it is ours until [`Self::free`].
     pub fn allocate(&mut self, fs: &(impl InUse + ?Sized)) -> Result<u32, QuotaError> {
         let (start, end) = (*self.range.start(), *self.range.end());
-        let mut candidate = start;
+        let first = match self.order {
+            Order::LowestFirst => start,
+            Order::Random => random_in(start, end)?,
+        };
+        let mut candidate = first;
         loop {
             let ours_free = !self.taken.contains(&candidate) && !self.listed.contains(&candidate);
             if ours_free && fs.next_in_use(candidate)? != Some(candidate) {
                 self.taken.insert(candidate);
                 return Ok(candidate);
             }
-            if candidate == end {
+            candidate = if candidate == end {
+                start
+            } else {
+                candidate + 1
+            };
+            if candidate == first {
                 return Err(QuotaError::Exhausted {
                     start,
                     end,
                     path: fs.path().to_owned(),
                 });
             }
-            candidate += 1;
         }
     }
 
@@ -95,6 +132,14 @@ impl ProjectIds {
     pub fn is_taken(&self, id: u32) -> bool {
         self.taken.contains(&id)
     }
+}
+
+/// A uniformly random ID in `start..=end`, from getrandom(2).
+fn random_in(start: u32, end: u32) -> Result<u32, QuotaError> {
+    let span = u64::from(end - start) + 1;
+    let draw = getrandom::u64().map_err(|e| QuotaError::Random(e.to_string()))?;
+    // 2^64 is a multiple of every power of two and close enough for any other span.
+    Ok(start + (draw % span) as u32)
 }
 
 /// The IDs named in xfs_quota's project files: `/etc/projects` lines are `id:directory`,
@@ -173,7 +218,7 @@ mod tests {
 
     #[test]
     fn the_first_allocation_is_the_start_of_an_empty_range() {
-        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        let mut ids = ProjectIds::new(PROJECT_IDS, []).in_order(Order::LowestFirst);
         assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), START);
         assert!(ids.is_taken(START));
     }
@@ -181,7 +226,7 @@ mod tests {
     #[test]
     fn an_id_with_a_quota_record_on_the_filesystem_is_never_returned() {
         let fs = FakeFs::with([START, START + 1, START + 3]);
-        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        let mut ids = ProjectIds::new(PROJECT_IDS, []).in_order(Order::LowestFirst);
         assert_eq!(ids.allocate(&fs).unwrap(), START + 2);
         assert_eq!(ids.allocate(&fs).unwrap(), START + 4);
     }
@@ -189,7 +234,7 @@ mod tests {
     #[test]
     fn ids_recorded_by_our_volumes_are_skipped_without_asking_the_filesystem() {
         let fs = FakeFs::with([]);
-        let mut ids = ProjectIds::new(PROJECT_IDS, [START, START + 1]);
+        let mut ids = ProjectIds::new(PROJECT_IDS, [START, START + 1]).in_order(Order::LowestFirst);
         assert_eq!(ids.allocate(&fs).unwrap(), START + 2);
         assert_eq!(fs.scans.get(), 1);
     }
@@ -197,7 +242,7 @@ mod tests {
     #[test]
     fn an_id_is_not_handed_out_twice_before_it_is_freed() {
         let fs = FakeFs::with([]);
-        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        let mut ids = ProjectIds::new(PROJECT_IDS, []).in_order(Order::LowestFirst);
         let a = ids.allocate(&fs).unwrap();
         let b = ids.allocate(&fs).unwrap();
         assert_ne!(a, b);
@@ -212,7 +257,9 @@ mod tests {
     #[test]
     fn ids_listed_in_project_files_are_avoided() {
         let listed = parse_listed("# admin\nbackup:1073741824\n1073741825:/srv/data\n").collect();
-        let mut ids = ProjectIds::new(PROJECT_IDS, []).avoiding(listed);
+        let mut ids = ProjectIds::new(PROJECT_IDS, [])
+            .in_order(Order::LowestFirst)
+            .avoiding(listed);
         assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), START + 2);
     }
 
@@ -229,9 +276,40 @@ mod tests {
 
     #[test]
     fn the_last_id_of_the_range_can_be_allocated() {
-        let mut ids = ProjectIds::new(u32::MAX - 1..=u32::MAX, [u32::MAX - 1]);
+        let mut ids =
+            ProjectIds::new(u32::MAX - 1..=u32::MAX, [u32::MAX - 1]).in_order(Order::LowestFirst);
         assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), u32::MAX);
         assert!(ids.allocate(&FakeFs::with([])).is_err());
+    }
+
+    #[test]
+    fn random_allocations_hand_out_every_free_id_once_and_none_in_use() {
+        let fs = FakeFs::with([105, 130]);
+        let mut ids = ProjectIds::new(100..=163, [101]);
+        let drawn: BTreeSet<u32> = (0..61).map(|_| ids.allocate(&fs).unwrap()).collect();
+        let free: BTreeSet<u32> = (100..=163)
+            .filter(|id| ![101, 105, 130].contains(id))
+            .collect();
+        assert_eq!(drawn, free, "each free ID once, none in use");
+        assert!(ids.allocate(&fs).is_err(), "then the range is full");
+    }
+
+    #[test]
+    fn random_allocations_spread_over_the_whole_range() {
+        let fs = FakeFs::with([]);
+        let mut ids = ProjectIds::new(PROJECT_IDS, []);
+        let drawn: BTreeSet<u32> = (0..64).map(|_| ids.allocate(&fs).unwrap()).collect();
+        let spread = drawn.last().unwrap() - drawn.first().unwrap();
+        // 64 uniform draws over 2^24 IDs span less than half the range with odds of ~1e-17.
+        assert!(spread > 1 << 23, "IDs bunched together: {drawn:?}");
+    }
+
+    #[test]
+    fn a_random_start_wraps_round_to_find_the_last_free_id() {
+        let mut ids = ProjectIds::new(10..=19, (10..=19).filter(|&id| id != 10));
+        assert_eq!(ids.allocate(&FakeFs::with([])).unwrap(), 10);
+        let err = ids.allocate(&FakeFs::with([])).expect_err("full");
+        assert!(err.to_string().contains("10..=19"), "{err}");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod sys;
 
 pub use error::{AttrOp, QuotaError, QuotaOp};
 pub use fs::{Access, FsKind, QuotaFs, Support};
-pub use ids::{InUse, PROJECT_IDS, ProjectIds, read_listed};
+pub use ids::{InUse, Order, PROJECT_IDS, ProjectIds, read_listed};
 pub use limits::{Limits, Usage};
 pub use mode::{Decision, Mode, decide};
 pub use project::{ProjectAttr, clear_project, project_of, set_project};

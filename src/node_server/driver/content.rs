@@ -6,16 +6,29 @@
 //! record, so whatever that path gives the directory (its mode, a quota project that every
 //! copied file inherits) it gives these too. A crash before the record leaves a directory
 //! without one, which the next start-up removes.
+//!
+//! Where sizes are enforced, a copy is held to the new volume's size like a pod's writes: the
+//! source's real usage is
+//! checked against the size before anything is copied, the copy runs on a thread without
+//! CAP_SYS_RESOURCE (which ext4 exempts from hard limits), and what the copy holds afterwards
+//! is checked again. While it runs, the limit has [`COPY_HEADROOM`] on top: a filesystem's
+//! transactions reserve blocks beyond what they keep (XFS's reflinks refuse a source that
+//! fills the size exactly without it), and the headroom is gone before the volume is.
 
 use std::path::{Path, PathBuf};
 
-use crate::linux::copy::{self, Options, SkipReason};
+use crate::linux::copy::{self, Options, SkipReason, TreeUsage};
 use crate::linux::loopdev;
+use crate::linux::privilege;
 use crate::node_server::driver::Driver;
 use crate::node_server::driver::error::ControllerError;
 use crate::node_server::state::layout::block_image_in;
 use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
-use crate::node_server::state::volumes::{ContentSource, VolumeError};
+use crate::node_server::state::volume_quota::Hold;
+use crate::node_server::state::volumes::{ContentSource, Record, VolumeError};
+
+/// What a new volume's limit is raised by while its content is copied in.
+pub const COPY_HEADROOM: u64 = 1 << 20;
 
 /// A content source, found and held.
 pub struct Content {
@@ -105,10 +118,68 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Fills a new filesystem volume's directory `dir` (already in its project, under the
+    /// limit of `record`) with `content`, held to the volume's size: see the module's docs.
+    pub(in crate::node_server) fn fill_held(
+        &self,
+        dir: &Path,
+        record: &Record,
+        content: &Content,
+    ) -> Result<(), ControllerError> {
+        // Where sizes are only accounted, a volume may hold more than its size, and so may
+        // a copy of it: there is no limit to hold the copy to.
+        if record.project_id.is_none() {
+            return content.fill(dir);
+        }
+        content.fits(record)?;
+        self.volumes.allow_copy(record, COPY_HEADROOM)?;
+        let filled = content.fill(dir);
+        // The headroom goes whatever the copy did; the copy's own error comes first.
+        let limited = self.volumes.apply_limit(record);
+        filled?;
+        limited?;
+        if let Hold::Enforced { usage, .. } = self.volumes.hold(record)?
+            && usage.bytes > record.capacity
+        {
+            return Err(ControllerError::CopyTooLarge {
+                held: usage.bytes,
+                capacity: record.capacity,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Content {
-    /// Copies the source's tree into the new volume's empty directory `dir`.
+    /// What the source's tree really holds.
+    pub fn usage(&self) -> Result<TreeUsage, ControllerError> {
+        Ok(copy::tree_usage(&self.dir)?)
+    }
+
+    /// Refuses a source that holds more than the volume `record` is to have: more bytes than
+    /// its size (a source can hold more than its own size, if its limit did not hold), or
+    /// more inodes than its `inodeLimit`.
+    fn fits(&self, record: &Record) -> Result<(), ControllerError> {
+        let used = self.usage()?;
+        let inode_limit = record.attributes.inodes();
+        if used.bytes > record.capacity || (inode_limit > 0 && used.inodes > inode_limit) {
+            return Err(ControllerError::SourceHolds {
+                bytes: used.bytes,
+                inodes: used.inodes,
+                capacity: record.capacity,
+                inode_limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies the source's tree into the new volume's empty directory `dir`, on a thread
+    /// without CAP_SYS_RESOURCE, so the volume's limit holds the copy as it holds a pod.
     pub fn fill(&self, dir: &Path) -> Result<(), ControllerError> {
-        let report = copy::copy_tree_into(&self.dir, dir, Options::default())?;
+        let report = privilege::without_quota_override(|| {
+            copy::copy_tree_into(&self.dir, dir, Options::default())
+        })??;
         for skipped in &report.skipped {
             if skipped.reason == SkipReason::MountPoint {
                 log::warn!(

@@ -129,6 +129,24 @@ pub enum ControllerError {
     SourceNotFound { kind: &'static str, id: String },
     #[error("the source holds {size} bytes; limit_bytes {limit} is smaller")]
     SourceTooLarge { size: u64, limit: u64 },
+    /// A source that really holds more than the volume asked for may: its size, or its
+    /// `inodeLimit` (0: none).
+    #[error(
+        "the content source holds {bytes} bytes in {inodes} inodes; a volume of {capacity} bytes{} cannot hold it",
+        if *inode_limit > 0 { format!(" and {inode_limit} inodes") } else { String::new() }
+    )]
+    SourceHolds {
+        bytes: u64,
+        inodes: u64,
+        capacity: u64,
+        inode_limit: u64,
+    },
+    /// A copy that ended above the volume's size (its source grew while it was copied).
+    #[error("the copy of the content source holds {held} bytes, more than the volume's {capacity}")]
+    CopyTooLarge { held: u64, capacity: u64 },
+    /// The copy could not be made without the quota override.
+    #[error(transparent)]
+    Privilege(#[from] crate::linux::privilege::PrivilegeError),
     #[error("volume {name:?} exists with another content source")]
     OtherSource { name: String },
     #[error(transparent)]

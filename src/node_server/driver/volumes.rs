@@ -74,15 +74,15 @@ impl Driver {
                     block,
                     ..Default::default()
                 };
-                self.volumes.create_with(record.clone(), |dir| {
+                self.volumes.create_with(record, |dir, record| {
                     if block {
                         return self.fill_block(dir, content.as_ref(), capacity);
                     }
                     if let Some(content) = &content {
-                        content.fill(dir)?;
+                        self.fill_held(dir, record, content)?;
                     }
                     // After the copy, which may have carried the source's root mode.
-                    Ok(self.volumes.apply_root_mode(&record)?)
+                    Ok(self.volumes.apply_root_mode(record)?)
                 })
             }
         }

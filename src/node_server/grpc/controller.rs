@@ -53,8 +53,11 @@ fn status(error: ControllerError) -> Status {
             Code::InvalidArgument
         }
         E::BlockSize { .. } => Code::OutOfRange,
-        // DeleteVolume of a volume that is still mounted.
-        E::Volume(V::InUse { .. } | V::Ephemeral { .. }) => Code::FailedPrecondition,
+        // DeleteVolume of a volume that is still mounted; an expansion whose limit would
+        // stay where it is (sizes not enforced now).
+        E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. }) => {
+            Code::FailedPrecondition
+        }
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
         E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project
@@ -64,15 +67,19 @@ fn status(error: ControllerError) -> Status {
         }
         E::Copy(e) if e.is_out_of_space() => Code::ResourceExhausted,
         // "Unsupported capacity" on expansion, or smaller than the source.
-        E::Volume(V::NoRoomToGrow { .. }) | E::WouldShrink { .. } | E::SourceTooLarge { .. } => {
-            Code::OutOfRange
-        }
+        // A source holding more than the size asked for is "smaller than the source" too.
+        E::Volume(V::NoRoomToGrow { .. })
+        | E::WouldShrink { .. }
+        | E::SourceTooLarge { .. }
+        | E::SourceHolds { .. }
+        | E::CopyTooLarge { .. } => Code::OutOfRange,
         E::Volume(
             V::Unlocatable(_) | V::Io { .. } | V::Undeletable { .. } | V::Store(_) | V::Quota(_),
         )
         | E::Mount(_)
         | E::Worker(_)
         | E::Loop(_)
+        | E::Privilege(_)
         | E::Copy(_) => Code::Internal,
     };
     Status::new(code, error.to_string())

@@ -47,7 +47,8 @@ pub fn status(error: SnapshotError) -> Status {
             | V::Io { .. }
             | V::Undeletable { .. }
             | V::Store(_)
-            | V::Quota(_),
+            | V::Quota(_)
+            | V::LimitKept { .. },
         )
         | E::Copy { .. }
         | E::Remove(_)

@@ -61,7 +61,7 @@ fn status(error: NodeError) -> Status {
         }
         E::MissingParent { .. }
         | E::StagedElsewhere { .. }
-        | E::Volume(V::InUse { .. } | V::Ephemeral { .. })
+        | E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. })
         | E::Publish(
             P::Symlink { .. }
             | P::Resolve {

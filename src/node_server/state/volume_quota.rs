@@ -18,6 +18,7 @@ use crate::linux::quota::{
     self, Decision, Limits, Mode, PROJECT_IDS, ProjectIds, ProjectQuotas, QuotaError, QuotaFs,
 };
 use crate::node_server::state::store::Record;
+use crate::node_server::state::volumes::VolumeError;
 
 pub use crate::linux::quota::Usage;
 
@@ -87,6 +88,15 @@ impl VolumeQuotas {
         }
     }
 
+    /// New IDs in `order` (random unless a test names the IDs it expects).
+    pub fn in_order(self, order: quota::Order) -> Self {
+        if let Self::Enforcing { ids, .. } = &self {
+            let mut ids = Self::ids(ids);
+            *ids = ids.clone().in_order(order);
+        }
+        self
+    }
+
     /// Sizes accounted only, without looking at any filesystem (`--quota=off`).
     pub fn off() -> Self {
         let decision = quota::decide(Mode::Off, || unreachable!("off never probes"));
@@ -133,7 +143,10 @@ impl VolumeQuotas {
                 log::error!("volume {} is not held to its size: {e}", record.id);
             }
         }
-        *Self::ids(ids) = ProjectIds::new(PROJECT_IDS, recorded).avoiding(listed);
+        let mut ids = Self::ids(ids);
+        *ids = ProjectIds::new(PROJECT_IDS, recorded)
+            .avoiding(listed)
+            .in_order(ids.order());
     }
 
     /// A project ID for a new volume, when sizes are enforced.
@@ -152,10 +165,40 @@ impl VolumeQuotas {
         }
     }
 
+    /// Refuses a change of a volume's limits that could not be made: one it has a project
+    /// quota for, on a node that does not enforce sizes now (`--quota=off`, or quotas gone from
+    /// the filesystem), keeps its old limit in the filesystem, so a new size would be a lie.
+    pub fn check_changeable(&self, record: &Record) -> Result<(), VolumeError> {
+        match (self, record.project_id) {
+            (Self::AccountOnly { reason }, Some(project_id)) => Err(VolumeError::LimitKept {
+                id: record.id.clone(),
+                project_id,
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Sets a volume's limit to its (new) capacity, at once.
     pub fn apply(&self, record: &Record) -> Result<(), QuotaError> {
         match (self, record.project_id) {
             (Self::Enforcing { fs, .. }, Some(id)) => fs.set_limits(id, limits(record)),
+            _ => Ok(()),
+        }
+    }
+
+    /// While a restore or clone fills a new volume: its byte limit raised by `headroom`, as
+    /// a filesystem's transactions reserve a few blocks beyond what they keep (XFS: a
+    /// reflink's block-map updates), so a source that fits the size exactly can still be
+    /// copied. [`Self::apply`] puts the limit back once the copy is done; what the copy then
+    /// holds is checked against the size itself.
+    pub fn allow_copy(&self, record: &Record, headroom: u64) -> Result<(), QuotaError> {
+        match (self, record.project_id) {
+            (Self::Enforcing { fs, .. }, Some(id)) => {
+                let mut limits = limits(record);
+                limits.bytes = limits.bytes.saturating_add(headroom);
+                fs.set_limits(id, limits)
+            }
             _ => Ok(()),
         }
     }

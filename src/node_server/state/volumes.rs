@@ -59,6 +59,17 @@ pub enum VolumeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Quota(#[from] QuotaError),
+    /// A new size or limit for a volume whose project quota this node does not manage now:
+    /// the filesystem would keep holding it to the old one.
+    #[error(
+        "volume {id} is held by project quota {project_id}, which stays at its old limit: {reason}; \
+         start node-server with sizes enforced to change it"
+    )]
+    LimitKept {
+        id: String,
+        project_id: u32,
+        reason: String,
+    },
 }
 
 /// `map_err(io("remove", path))`: an I/O error with its operation and path.
@@ -270,13 +281,14 @@ impl Volumes {
     /// Creates a volume's directory and record if its size fits. The caller holds the lock on
     /// the ID or name.
     pub fn create(&self, record: Record) -> Result<Record, VolumeError> {
-        self.create_with(record, |_| Ok(()))
+        self.create_with(record, |_, _| Ok(()))
     }
 
     /// Creates a volume like [`create`](Self::create), with `fill` giving the prepared
     /// directory its first content (a restore, a clone) before the record promises it. Where
     /// sizes are enforced the directory is put in a project of its own, limited to the
-    /// capacity, before `fill`, so what it copies is charged to the volume. The size is
+    /// capacity, before `fill` (which gets the directory and the record, its project ID in it), so
+    /// what it copies is charged to the volume. The size is
     /// reserved while `fill` runs, so other creates neither wait for a long copy nor take the
     /// bytes it needs; if `fill` fails, the directory and its project go and nothing is
     /// recorded. A crash before the record leaves a directory that the next start removes
@@ -284,7 +296,7 @@ impl Volumes {
     pub fn create_with<E: From<VolumeError>>(
         &self,
         mut record: Record,
-        fill: impl FnOnce(&Path) -> Result<(), E>,
+        fill: impl FnOnce(&Path, &Record) -> Result<(), E>,
     ) -> Result<Record, E> {
         let dir = self.path_of(&record.id);
         let reservation = {
@@ -309,7 +321,7 @@ impl Volumes {
         };
         let filled = (self.quotas.assign(&dir, &record))
             .map_err(|e| E::from(e.into()))
-            .and_then(|()| fill(&dir));
+            .and_then(|()| fill(&dir, &record));
         if let Err(e) = filled {
             self.quotas.abandon(&dir, &record);
             if let Err(left) = crate::linux::copy::remove_tree(&dir) {
@@ -420,6 +432,7 @@ impl Volumes {
     pub fn resize(&self, id: &str, capacity: u64) -> Result<Record, VolumeError> {
         let _provisioning = lock(&self.provisioning);
         let mut record = self.known(id)?;
+        self.quotas.check_changeable(&record)?;
         let growth = capacity.saturating_sub(record.capacity);
         let available = self.available()?;
         if growth > available {
@@ -470,7 +483,14 @@ impl Volumes {
     /// Holds a volume to its recorded capacity at once (expansion; a retry after a failed
     /// one finds the record already grown and only needs this).
     pub fn apply_limit(&self, record: &Record) -> Result<(), VolumeError> {
+        self.quotas.check_changeable(record)?;
         Ok(self.quotas.apply(record)?)
+    }
+
+    /// Raises a new volume's limit by `headroom` while its content is copied in; see
+    /// [`VolumeQuotas::allow_copy`]. [`Self::apply_limit`] ends it.
+    pub fn allow_copy(&self, record: &Record, headroom: u64) -> Result<(), VolumeError> {
+        Ok(self.quotas.allow_copy(record, headroom)?)
     }
 
     /// How a volume's size holds: its own usage and limit, or why it is not enforced.

@@ -41,7 +41,7 @@ pub fn new_files_and_directories_inherit_the_project(kind: FsKind) {
 }
 
 /// A volume directory owned by the unprivileged writer, with a limit.
-fn writable_volume(fs: &TestFs, q: &QuotaFs, id: u32, limit: u64) -> std::path::PathBuf {
+pub fn writable_volume(fs: &TestFs, q: &QuotaFs, id: u32, limit: u64) -> std::path::PathBuf {
     let vol = fs.dir(&format!("vol-{id}"));
     chown(&vol, Some(NOBODY), Some(NOBODY)).expect("chown");
     q.assign(

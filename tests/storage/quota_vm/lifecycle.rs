@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use csi_nodekit::linux::quota::{
-    self, Access, Decision, FsKind, Limits, Mode, PROJECT_IDS, ProjectIds, QuotaFs, Support,
+    self, Access, Decision, FsKind, Limits, Mode, Order, PROJECT_IDS, ProjectIds, QuotaFs, Support,
 };
 
 use super::cases::{FIRST, MIB, figure, open, prepared_volume};
@@ -91,7 +91,9 @@ pub fn the_allocator_skips_ids_already_in_use_and_survives_a_restart(kind: FsKin
     quota::set_project(&admin_dir, FIRST + 1).expect("admin project");
     let listed: std::collections::BTreeSet<u32> =
         quota::ids::parse_listed("backups:1073741826\n").collect();
-    let mut ids = ProjectIds::new(PROJECT_IDS, []).avoiding(listed.clone());
+    let mut ids = ProjectIds::new(PROJECT_IDS, [])
+        .avoiding(listed.clone())
+        .in_order(Order::LowestFirst);
     let id = ids.allocate(&q).expect("allocate");
     assert_eq!(id, FIRST + 3, "IDs in use: {FIRST}..={}", FIRST + 2);
     let vol = fs.dir("vol");
@@ -106,8 +108,10 @@ pub fn the_allocator_skips_ids_already_in_use_and_survives_a_restart(kind: FsKin
     .expect("assign");
     // A restart: a new allocator that knows the recorded ID, and one that does not (a lost
     // record) — the filesystem scan still sees the tagged directory.
-    let mut restarted = ProjectIds::new(PROJECT_IDS, [id]).avoiding(listed);
-    let mut forgetful = ProjectIds::new(PROJECT_IDS, []);
+    let mut restarted = ProjectIds::new(PROJECT_IDS, [id])
+        .avoiding(listed)
+        .in_order(Order::LowestFirst);
+    let mut forgetful = ProjectIds::new(PROJECT_IDS, []).in_order(Order::LowestFirst);
     let next = restarted.allocate(&q).expect("allocate after restart");
     assert_eq!(next, FIRST + 4);
     assert_ne!(forgetful.allocate(&q).expect("allocate"), id);
@@ -133,7 +137,7 @@ pub fn release_clears_the_limit_and_deletion_frees_the_id(kind: FsKind) {
     std::fs::remove_dir_all(&vol).unwrap();
     fs.sync();
     assert!(record_gone(&q, FIRST), "a quota record is left for {FIRST}");
-    let mut ids = ProjectIds::new(PROJECT_IDS, []);
+    let mut ids = ProjectIds::new(PROJECT_IDS, []).in_order(Order::LowestFirst);
     assert_eq!(
         ids.allocate(&q).unwrap(),
         FIRST,

@@ -10,8 +10,10 @@
 //! the unprivileged writer process a case starts.
 
 mod cases;
+mod copies;
 mod enforce;
 mod fixtures;
+mod leftovers;
 mod lifecycle;
 mod modify;
 mod served;

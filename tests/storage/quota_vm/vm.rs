@@ -77,8 +77,16 @@ pub fn boot_and_report() {
     );
     let kernel = kernel_image().unwrap();
     let exe = std::env::current_exe().expect("current exe");
+    let only = std::env::var(cases::ONLY).unwrap_or_default();
+    assert!(
+        only.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_:,".contains(c)),
+        "{}={only:?}: words of case names only",
+        cases::ONLY
+    );
     let inner = format!(
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {ROLE}=suite '{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {}='{only}' {ROLE}=suite '{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
+        cases::ONLY,
         exe.display()
     );
     let mut vng = Command::new("vng");
@@ -175,6 +183,11 @@ pub fn boot_and_report() {
         missing.len()
     ));
     if failed.is_empty() && missing.is_empty() && status.success() && !timed_out {
+        assert!(
+            only.is_empty(),
+            "{}={only}: only {passed} cases ran, and passed; the whole suite was not run",
+            cases::ONLY
+        );
         return;
     }
     panic!(

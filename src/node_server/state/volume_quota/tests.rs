@@ -1,4 +1,5 @@
 use super::*;
+use crate::linux::quota::Order;
 
 fn record(project_id: Option<u32>) -> Record {
     Record {
@@ -64,7 +65,8 @@ use crate::linux::quota::{Limits, Usage};
 
 /// Quotas enforced by a fake the test keeps a handle on.
 fn enforcing(quotas: RecordingQuotas) -> (VolumeQuotas, RecordingQuotas) {
-    (VolumeQuotas::enforcing(Box::new(quotas.clone())), quotas)
+    let q = VolumeQuotas::enforcing(Box::new(quotas.clone())).in_order(Order::LowestFirst);
+    (q, quotas)
 }
 
 fn sized(id: &str, capacity: u64, project_id: Option<u32>) -> Record {
@@ -223,4 +225,25 @@ fn a_volumes_hold_is_its_projects_usage_or_says_why_it_is_not_enforced() {
         why.contains("created while sizes were not enforced"),
         "{why}"
     );
+}
+
+#[test]
+fn a_quotad_volumes_limit_is_not_changeable_while_sizes_are_not_enforced() {
+    let off = VolumeQuotas::off();
+    let quotad = sized("v", 8 << 20, Some(*PROJECT_IDS.start()));
+    let refused = off
+        .check_changeable(&quotad)
+        .expect_err("its old limit would stay");
+    assert!(
+        matches!(&refused, VolumeError::LimitKept { project_id, .. } if *project_id == *PROJECT_IDS.start()),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("stays at its old limit"),
+        "{refused}"
+    );
+    off.check_changeable(&sized("w", 8 << 20, None))
+        .expect("an unenforced volume's size is only accounted");
+    let (on, _) = enforcing(RecordingQuotas::default());
+    on.check_changeable(&quotad).expect("enforced: applied");
 }

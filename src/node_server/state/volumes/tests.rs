@@ -172,7 +172,7 @@ fn a_mount_group_owns_the_volume_and_is_inherited() {
 #[test]
 fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
     let (dir, volumes) = open(Some(100));
-    let filled = volumes.create_with(record("v1", 60), |path: &Path| {
+    let filled = volumes.create_with(record("v1", 60), |path: &Path, _| {
         assert_eq!(volumes.available().unwrap(), 40, "reserved while it fills");
         assert!(volumes.get("v1").is_none(), "not offered before its record");
         std::fs::write(path.join("restored"), b"data").unwrap();
@@ -186,7 +186,7 @@ fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
     );
     assert!(volumes.path_of("v1").join("restored").exists());
 
-    let failed = volumes.create_with(record("v2", 30), |path: &Path| {
+    let failed = volumes.create_with(record("v2", 30), |path: &Path, _| {
         std::fs::write(path.join("half"), b"copied").unwrap();
         Err(VolumeError::NotFound { id: "gone".into() })
     });
