@@ -111,6 +111,15 @@ impl Arrow {
         }
     }
 
+    /// The arrow with the timing its caller measured; `None` leaves it untimed.
+    pub fn timed(mut self, timing: Option<Timing>) -> Self {
+        if let Some(Timing { at_ns, took_us }) = timing {
+            self.at_ns = at_ns;
+            self.took_us = Some(took_us);
+        }
+        self
+    }
+
     pub fn with(mut self, outcome: Outcome) -> Self {
         self.outcome = outcome;
         self
@@ -151,6 +160,13 @@ pub fn monotonic_ns() -> u64 {
     }
 }
 
+/// A call's start (`CLOCK_MONOTONIC`, ns) and duration (µs), as its caller measured them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub at_ns: u64,
+    pub took_us: u64,
+}
+
 /// The start of a call, for the arrow it becomes.
 #[derive(Debug, Clone, Copy)]
 pub struct Stamp {
@@ -176,10 +192,17 @@ impl Stamp {
         result: impl Into<String>,
         outcome: Outcome,
     ) -> Arrow {
-        Arrow {
+        Arrow::untimed(step, from, to, call, result)
+            .with(outcome)
+            .timed(Some(self.timing()))
+    }
+
+    /// When the call started and how long it took, to draw later (the doctor times its calls
+    /// while it walks and draws once it has its findings).
+    pub fn timing(self) -> Timing {
+        Timing {
             at_ns: self.at_ns,
-            took_us: Some(self.took().as_micros().min(u64::MAX as u128) as u64),
-            ..Arrow::untimed(step, from, to, call, result).with(outcome)
+            took_us: self.took().as_micros().min(u64::MAX as u128) as u64,
         }
     }
 

@@ -158,6 +158,27 @@ async fn the_doctor_draws_each_plugin_and_a_stale_socket_as_a_failed_step() {
         .iter()
         .find(|(_, o, t)| o == "failed" && t.contains("nobody listens"));
     assert!(stale.is_some_and(|(s, _, _)| s == "2"), "{arrows:?}");
+    // The calls the doctor made are timed by it; the walk stays in its order.
+    let good: Vec<_> = arrows
+        .iter()
+        .filter(|(_, _, t)| t.contains("good.csi") || !t.contains("gone.csi"))
+        .collect();
+    for step in ["1", "2", "3", "4", "5"] {
+        let timed = arrows.iter().filter(|(s, o, t)| {
+            s == step && o != "skipped" && (t.contains(" µs") || t.contains(" ms"))
+        });
+        assert!(
+            timed.count() >= 1,
+            "step {step} carries its duration: {good:?}"
+        );
+    }
+    let order: Vec<&str> = arrows.iter().map(|(s, _, _)| s.as_str()).collect();
+    assert!(
+        order
+            .windows(7)
+            .any(|w| w == ["2", "4", "1", "3", "5", "6", "7"]),
+        "the healthy plugin's walk in its order: {order:?}"
+    );
     let healthy_failed = arrows.iter().filter(|(_, o, _)| o == "failed").count();
     assert_eq!(
         healthy_failed, 1,

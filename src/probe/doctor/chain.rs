@@ -9,6 +9,7 @@ use super::driver_facts::{self, DriverFacts};
 use super::finding::Finding;
 use super::rpc::{self, DialError};
 use super::{Context, access};
+use crate::flow::{Stamp, Timing};
 use crate::gocompat;
 use crate::probe::kubelet::validate::validate_plugin;
 use crate::socket::MAX_PATH_BYTES;
@@ -32,6 +33,9 @@ pub struct Plugin {
     pub other_type: bool,
     pub facts: Option<DriverFacts>,
     pub findings: Vec<Finding>,
+    /// How long the calls of each step took (1 driver dial, 2 registrar dial, 3
+    /// GetPluginInfo, 4 GetInfo, 5 NodeGetInfo), for `--flow`.
+    pub timings: Vec<(u8, Timing)>,
 }
 
 /// What a failed dial means, for the registration socket or the driver's.
@@ -94,7 +98,10 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
     let findings = &mut plugin.findings;
     let local = ctx.host.path(&socket);
     findings.extend(unreachable(ctx, "registration.permissions", &socket));
-    let channel = match rpc::dial(&local, ctx.timeout).await {
+    let stamp = Stamp::now();
+    let dialed = rpc::dial(&local, ctx.timeout).await;
+    plugin.timings.push((2, stamp.timing()));
+    let channel = match dialed {
         Ok(channel) => channel,
         Err(DialError::Stale) => {
             findings.push(Finding::error(
@@ -119,7 +126,10 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
             return plugin;
         }
     };
-    let info = match rpc::get_info(channel, ctx.timeout).await {
+    let stamp = Stamp::now();
+    let answer = rpc::get_info(channel, ctx.timeout).await;
+    plugin.timings.push((4, stamp.timing()));
+    let info = match answer {
         Ok(info) => info,
         Err(error) => {
             let means = if error.is_timeout() {
@@ -196,7 +206,7 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
     let Some(target) = check_endpoint(ctx, &mut plugin, &info.name, &info.endpoint).await else {
         return plugin;
     };
-    let (facts, found) = driver_facts::examine(ctx, target, &info.name).await;
+    let (facts, found) = driver_facts::examine(ctx, target, &info.name, &mut plugin.timings).await;
     plugin.findings.extend(found);
     plugin.facts = Some(facts);
     plugin
@@ -297,7 +307,10 @@ async fn check_endpoint(
     }
     plugin.endpoint_id = endpoint_id;
     findings.extend(unreachable(ctx, "endpoint.permissions", &shown));
-    match rpc::dial(&local, ctx.timeout).await {
+    let stamp = Stamp::now();
+    let dialed = rpc::dial(&local, ctx.timeout).await;
+    plugin.timings.push((1, stamp.timing()));
+    match dialed {
         Ok(channel) => {
             findings.push(Finding::ok(
                 "endpoint.socket",

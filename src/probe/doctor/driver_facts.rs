@@ -11,6 +11,7 @@ use super::Context;
 use super::finding::Finding;
 use super::rpc::{self, CallError, Capabilities};
 use crate::csi_spec::MAX_NODE_ID;
+use crate::flow::{Stamp, Timing};
 use crate::gocompat;
 
 /// What the driver said, for the API comparisons.
@@ -42,11 +43,15 @@ pub async fn examine(
     ctx: &Context,
     (channel, shown): (Channel, PathBuf),
     announced: &str,
+    timings: &mut Vec<(u8, Timing)>,
 ) -> (DriverFacts, Vec<Finding>) {
     let mut facts = DriverFacts::default();
     let mut findings = Vec::new();
     let limit = ctx.timeout;
-    match rpc::plugin_info(channel.clone(), limit).await {
+    let stamp = Stamp::now();
+    let answer = rpc::plugin_info(channel.clone(), limit).await;
+    timings.push((3, stamp.timing()));
+    match answer {
         Ok(info) if info.name != announced => {
             findings.push(Finding::error(
                 "driver.name-mismatch",
@@ -131,7 +136,10 @@ pub async fn examine(
             )),
         }
     }
-    match rpc::node_info(channel, limit).await {
+    let stamp = Stamp::now();
+    let answer = rpc::node_info(channel, limit).await;
+    timings.push((5, stamp.timing()));
+    match answer {
         Ok(info) => node_findings(&mut facts, &mut findings, info),
         Err(e) if e.is_timeout() => timed_out(&mut findings, "NodeGetInfo", &e, &shown),
         Err(e) => findings.push(Finding::error(

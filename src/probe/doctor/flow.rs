@@ -99,7 +99,12 @@ fn plugin_arrows(report: &Report, plugin: &Plugin) -> Vec<Arrow> {
             .filter(|f| !claimed.contains(f) && checks.iter().any(|c| f.check.starts_with(c)))
             .collect();
         claimed.extend(&mine);
-        let arrow = Arrow::untimed(*step, Party::Doctor, *to, call, texts(&mine));
+        let timing = plugin
+            .timings
+            .iter()
+            .find(|(s, _)| s == step)
+            .map(|(_, t)| *t);
+        let arrow = Arrow::untimed(*step, Party::Doctor, *to, call, texts(&mine)).timed(timing);
         let skipped = |why: &str| {
             Arrow {
                 result: why.to_owned(),
@@ -136,6 +141,15 @@ fn plugin_arrows(report: &Report, plugin: &Plugin) -> Vec<Arrow> {
         )
         .with(Outcome::Skipped),
     );
+    // The drawing orders by the clock: a step with no call of its own (not reached, the API,
+    // the notify) keeps its place after the call before it.
+    let mut last = 0;
+    for arrow in &mut arrows {
+        match arrow.at_ns {
+            0 => arrow.at_ns = last,
+            at => last = at,
+        }
+    }
     arrows
         .into_iter()
         .map(|a| a.in_group(group.clone()))
