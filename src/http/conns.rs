@@ -110,6 +110,16 @@ impl Body for BusyBody {
     }
 }
 
+/// How far the accept loop has got: counted so that tests wait for these events instead of
+/// sleeping (two relaxed increments per connection; nothing reads them in the binary).
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Connections handed to their own task.
+    pub(super) admitted: AtomicUsize,
+    /// Times the loop found every tracked connection busy and waited for one to finish.
+    pub(super) waited_for_room: AtomicUsize,
+}
+
 struct Live {
     activity: Arc<Activity>,
     task: tokio::task::JoinHandle<()>,
@@ -122,6 +132,7 @@ pub(super) struct Connections {
     room: Arc<Notify>,
     stop: Trigger,
     stopping: Shutdown,
+    progress: Arc<Progress>,
 }
 
 impl Connections {
@@ -133,7 +144,14 @@ impl Connections {
             room: Arc::new(Notify::new()),
             stop,
             stopping,
+            progress: Arc::default(),
         }
+    }
+
+    /// The counters of this server's accept loop.
+    #[cfg(test)]
+    pub(super) fn progress(&self) -> Arc<Progress> {
+        self.progress.clone()
     }
 
     /// Makes room for one more connection: at the cap, sheds the connection idle the longest;
@@ -145,6 +163,9 @@ impl Connections {
             if self.live.len() < self.limits.max_connections || self.shed_longest_idle() {
                 return true;
             }
+            self.progress
+                .waited_for_room
+                .fetch_add(1, Ordering::Relaxed);
             tokio::select! {
                 () = self.room.notified() => {}
                 () = shutdown.clone().wait() => return false,
@@ -186,6 +207,7 @@ impl Connections {
             self.stopping.clone(),
         ));
         self.live.push(Live { activity, task });
+        self.progress.admitted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Lets every connection finish the request it is in (idle ones close at once), within

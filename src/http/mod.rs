@@ -159,7 +159,19 @@ where
     H: Fn(String) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Reply> + Send + 'static,
 {
-    let mut connections = conns::Connections::new(limits);
+    accept_loop(listener, handler, shutdown, conns::Connections::new(limits)).await
+}
+
+/// The body of [`serve_with`], given its connections (tests keep a handle on their counters).
+async fn accept_loop<H, F>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: Shutdown,
+    mut connections: conns::Connections,
+) where
+    H: Fn(String) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Reply> + Send + 'static,
+{
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,

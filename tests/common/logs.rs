@@ -53,6 +53,15 @@ pub fn capture() {
     });
 }
 
+/// How many of the calling test's in-process log lines so far contain `needle`: the gate for
+/// "the server has reacted" when a test has nothing else to observe.
+pub fn count(needle: &str) -> usize {
+    let Some(test) = current_test() else { return 0 };
+    buffers().get(&test).map_or(0, |lines| {
+        lines.iter().filter(|l| l.contains(needle)).count()
+    })
+}
+
 /// Forgets the calling test's logs, printing them first if the test is failing (the output of
 /// a failing test is what libtest shows).
 pub fn finish() {

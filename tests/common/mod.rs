@@ -125,10 +125,21 @@ pub async fn start_livenessprobe(dir: &Path, csi: &Path, extra: &[&str]) -> (Kil
 /// ones reach that socket: a driver that wedged one connection while its socket stayed the
 /// same.
 pub fn hung_listener(path: &Path, forward_to: Option<PathBuf>) -> tokio::task::JoinHandle<()> {
+    hung_listener_counting(path, forward_to, Arc::default())
+}
+
+/// [`hung_listener`] that counts the connections it accepted in `accepted`: the gate for "a
+/// caller is now waiting on it".
+pub fn hung_listener_counting(
+    path: &Path,
+    forward_to: Option<PathBuf>,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
     let listener = tokio::net::UnixListener::bind(path).expect("bind the hung listener");
     tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((mut stream, _)) = listener.accept().await {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             match &forward_to {
                 Some(real) if !held.is_empty() => {
                     let mut upstream = tokio::net::UnixStream::connect(real).await.unwrap();

@@ -3,6 +3,8 @@
 //! it refuses.
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::setup::{DRIVER, Setup, WAIT, http, until_healthy};
@@ -51,12 +53,22 @@ async fn a_healthz_self_check_in_progress_at_sigterm_is_answered_before_the_exit
             "no registration socket"
         );
         until_healthy(&http_addr).await;
-        let hung = common::hung_listener(&hung_path, None);
+        let dialled = Arc::new(AtomicUsize::new(0));
+        let hung = common::hung_listener_counting(&hung_path, None, dialled.clone());
         std::fs::rename(&hung_path, setup.reg_socket()).unwrap();
         let address = http_addr.clone();
         let request = tokio::spawn(async move { http(&address, "/healthz").await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        if !request.is_finished() {
+        // The gate: the self-check dialled the hung socket (it now waits its --timeout), or
+        // the /healthz was answered because the registrar noticed the swap first.
+        let settled = wait_until(WAIT, || {
+            dialled.load(Ordering::SeqCst) > 0 || request.is_finished()
+        })
+        .await;
+        assert!(
+            settled,
+            "the /healthz neither dialled the socket nor was answered"
+        );
+        if dialled.load(Ordering::SeqCst) > 0 {
             break (request, hung);
         }
         assert!(attempts < 5, "the swap was noticed first {attempts} times");

@@ -13,7 +13,7 @@ use super::setup::{DRIVER, Setup, WAIT, http, until_healthy};
 use crate::common;
 use common::fake_driver::FakeDriver;
 use common::registrar::HOST_PATH;
-use common::{is_socket, wait_until};
+use common::{is_socket, logs, wait_until};
 use csi_nodekit::proto::registration::{
     InfoRequest, RegistrationStatus, registration_client::RegistrationClient,
 };
@@ -88,7 +88,12 @@ async fn a_late_driver_socket_is_waited_for_while_healthz_stays_alive() {
     let (code, body) = http(&http_addr, "/readyz").await;
     assert_eq!(code, 503);
     assert!(body.contains("waiting for the driver"), "{body}");
-    tokio::time::sleep(Duration::from_millis(1500)).await; // upstream would be counting to its 30 s exit
+    // Late: the registrar has tried the missing socket and backed off more than once (upstream
+    // would be counting to its 30 s exit by now).
+    assert!(
+        wait_until(WAIT, || logs::count("; retrying in") >= 2).await,
+        "the registrar did not retry the missing driver socket"
+    );
     let _driver = FakeDriver::start(&setup.csi, DRIVER);
     assert!(
         wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
@@ -185,7 +190,12 @@ async fn a_driver_restart_recreates_the_registration_socket() {
     let (driver, _registrar) = setup.running().await;
     let first = inode(&setup.reg_socket());
     driver.stop().await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        wait_until(WAIT, || logs::count("waiting for the driver to come back")
+            > 0)
+        .await,
+        "the registrar did not notice the driver leave"
+    );
     assert_eq!(
         inode(&setup.reg_socket()),
         first,

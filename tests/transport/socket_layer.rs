@@ -156,8 +156,14 @@ async fn dial_waits_for_a_socket_that_appears_late() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("late.sock");
     let late = path.clone();
+    common::logs::capture();
+    // Late: the driver comes once dial has found no socket and is backing off.
     let server = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let tried = common::wait_until(Duration::from_secs(10), || {
+            common::logs::count("; retrying in") > 0
+        })
+        .await;
+        assert!(tried, "dial never retried");
         common::fake_driver::FakeDriver::start(&late, "late.example.io")
     });
     let channel = socket::dial(
@@ -174,6 +180,7 @@ async fn dial_waits_for_a_socket_that_appears_late() {
         .await
         .unwrap();
     assert_eq!(info.into_inner().name, "late.example.io");
+    common::logs::finish();
 }
 
 #[tokio::test]

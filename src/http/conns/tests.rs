@@ -3,7 +3,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::super::{Reply, bind, get, serve_with};
+use super::super::{Reply, accept_loop, bind, get};
 use super::*;
 
 const WAIT: Duration = Duration::from_secs(2);
@@ -32,8 +32,54 @@ impl Gate {
     }
 }
 
+/// A test server: its address, its shutdown, its task and its accept loop's counters.
+struct Server {
+    address: String,
+    trigger: Trigger,
+    task: tokio::task::JoinHandle<()>,
+    progress: Arc<Progress>,
+}
+
+impl Server {
+    /// Waits until the accept loop's counter `count` reaches `at_least`: the gate for what
+    /// the loop has done with the connections a test made.
+    async fn until(&self, count: fn(&Progress) -> &AtomicUsize, at_least: usize) {
+        let reached = async {
+            while count(&self.progress).load(Ordering::Relaxed) < at_least {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(WAIT * 5, reached)
+            .await
+            .expect("the accept loop got there");
+    }
+}
+
+/// Answers one request on an open `stream`: whether the server still serves it.
+async fn answers(stream: &mut TcpStream) -> bool {
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut reply = Vec::new();
+    let read = async {
+        while !reply.ends_with(b"\r\n\r\nok") {
+            let mut chunk = [0u8; 256];
+            match stream.read(&mut chunk).await {
+                Ok(n) if n > 0 => reply.extend_from_slice(&chunk[..n]),
+                _ => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(WAIT, read).await;
+    reply.starts_with(b"HTTP/1.1 200") && reply.ends_with(b"ok")
+}
+
 /// A server with `limits` whose `/slow` waits for `gate`.
-async fn server(limits: Limits, gate: Arc<Gate>) -> (String, Trigger, tokio::task::JoinHandle<()>) {
+async fn server(limits: Limits, gate: Arc<Gate>) -> Server {
     let listener = bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let (trigger, shutdown) = Shutdown::manual();
@@ -51,8 +97,15 @@ async fn server(limits: Limits, gate: Arc<Gate>) -> (String, Trigger, tokio::tas
             Reply::text(200, "ok")
         }
     };
-    let task = tokio::spawn(serve_with(listener, handler, shutdown, limits));
-    (address, trigger, task)
+    let connections = Connections::new(limits);
+    let progress = connections.progress();
+    let task = tokio::spawn(accept_loop(listener, handler, shutdown, connections));
+    Server {
+        address,
+        trigger,
+        task,
+        progress,
+    }
 }
 
 fn limits(max_connections: usize, timeout: Duration) -> Limits {
@@ -74,28 +127,30 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
 
 #[tokio::test]
 async fn at_the_cap_the_connection_idle_the_longest_is_shed_for_a_newcomer() {
-    let (address, trigger, _) = server(limits(4, Duration::from_secs(30)), Arc::default()).await;
+    let server = server(limits(4, Duration::from_secs(30)), Arc::default()).await;
     let mut idle = Vec::new();
-    for _ in 0..4 {
-        idle.push(TcpStream::connect(&address).await.unwrap());
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for admitted in 1..=4 {
+        idle.push(TcpStream::connect(&server.address).await.unwrap());
+        // Admitted one by one, so their idle ages are in this order.
+        server.until(|p| &p.admitted, admitted).await;
     }
-    assert_eq!(get(&address, "/healthz", WAIT).await.unwrap().0, 200);
+    assert_eq!(get(&server.address, "/healthz", WAIT).await.unwrap().0, 200);
     assert!(
         closed_within(&mut idle[0], WAIT).await,
         "the oldest idle one was shed"
     );
-    assert!(
-        !closed_within(&mut idle[3], Duration::from_millis(200)).await,
-        "the newest idle one stays"
-    );
-    trigger.fire();
+    for (i, stream) in idle.iter_mut().enumerate().skip(1) {
+        assert!(answers(stream).await, "idle connection {i} was kept");
+    }
+    server.trigger.fire();
 }
 
 #[tokio::test]
 async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout_even_when_kept_alive() {
     let timeout = Duration::from_millis(200);
-    let (address, trigger, _) = server(limits(4, timeout), Arc::default()).await;
+    let Server {
+        address, trigger, ..
+    } = server(limits(4, timeout), Arc::default()).await;
     let mut silent = TcpStream::connect(&address).await.unwrap();
     let started = Instant::now();
     assert!(closed_within(&mut silent, WAIT).await);
@@ -136,7 +191,8 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout_even
 #[tokio::test]
 async fn a_connection_with_a_request_in_progress_is_never_shed() {
     let gate = Arc::new(Gate::default());
-    let (address, trigger, _) = server(limits(2, Duration::from_secs(30)), gate.clone()).await;
+    let server = server(limits(2, Duration::from_secs(30)), gate.clone()).await;
+    let address = server.address.clone();
     let slow: Vec<_> = (0..2)
         .map(|_| {
             let address = address.clone();
@@ -148,11 +204,14 @@ async fn a_connection_with_a_request_in_progress_is_never_shed() {
         let address = address.clone();
         tokio::spawn(async move { get(&address, "/healthz", WAIT * 5).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The gate: the loop took the newcomer from the backlog and, finding both connections
+    // busy, waits for room instead of shedding one (shedding would fail a slow call below).
+    server.until(|p| &p.waited_for_room, 1).await;
     assert!(
         !waiting.is_finished(),
         "admitted by shedding a busy connection"
     );
+    assert_eq!(server.progress.admitted.load(Ordering::Relaxed), 2);
     gate.release.notify_waiters();
     for call in slow {
         assert_eq!(
@@ -162,13 +221,18 @@ async fn a_connection_with_a_request_in_progress_is_never_shed() {
         );
     }
     assert_eq!(waiting.await.unwrap().unwrap().0, 200);
-    trigger.fire();
+    server.trigger.fire();
 }
 
 #[tokio::test]
 async fn requests_in_progress_are_answered_when_shutdown_begins() {
     let gate = Arc::new(Gate::default());
-    let (address, trigger, task) = server(Limits::default(), gate.clone()).await;
+    let Server {
+        address,
+        trigger,
+        task,
+        ..
+    } = server(Limits::default(), gate.clone()).await;
     let address_again = address.clone();
     let call = tokio::spawn(async move { get(&address, "/slow", WAIT).await });
     gate.until_entered(1).await;
@@ -189,7 +253,9 @@ async fn requests_in_progress_are_answered_when_shutdown_begins() {
 
 #[tokio::test]
 async fn a_request_head_over_the_limit_is_refused_with_431() {
-    let (address, trigger, _) = server(Limits::default(), Arc::default()).await;
+    let Server {
+        address, trigger, ..
+    } = server(Limits::default(), Arc::default()).await;
     let mut stream = TcpStream::connect(&address).await.unwrap();
     let big = format!(
         "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
