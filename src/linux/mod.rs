@@ -6,6 +6,7 @@
 //! - [`mount`] — bind mounts through `O_PATH` descriptors behind the [`Mounter`](mount::Mounter)
 //!   trait (the real Linux implementation and a recording fake for unit tests).
 //! - [`mountinfo`] — the kernel's mount table, parsed as the kernel writes it.
+//! - [`mountpoint`] — what is mounted at one path, by `statx`, in O(1) (the hot paths).
 //! - [`quota`] — project quotas: limits, usage, the project-ID allocator, the `--quota` decision.
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
@@ -19,6 +20,7 @@ pub mod copy;
 pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
+pub mod mountpoint;
 pub mod privilege;
 pub mod quota;
 pub mod resolve;

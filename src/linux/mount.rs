@@ -12,7 +12,8 @@ use nix::sys::statvfs::FsFlags;
 
 use std::path::PathBuf;
 
-use crate::linux::mountinfo::{MountEntry, MountTable};
+use crate::linux::mountinfo::MountTable;
+use crate::linux::mountpoint::{self, Shown, Top};
 
 /// A failed mount operation, naming what was attempted and on which path.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +94,7 @@ impl MountOptions {
 
     /// Whether an existing mount carries exactly the read-only state and at least the flags
     /// asked for: the CSI notion of a "compatible" repeated publish.
-    pub fn satisfied_by(&self, entry: &MountEntry) -> bool {
+    pub fn satisfied_by(&self, entry: &Top) -> bool {
         entry.is_readonly() == self.readonly
             && [
                 (self.nosuid, "nosuid"),
@@ -127,8 +128,13 @@ impl MountOptions {
 /// The mount operations the node service needs. Implementations must be callable from many
 /// threads at once; every call blocks.
 pub trait Mounter: Send + Sync {
-    /// The current mount table of this process.
+    /// The current mount table of this process: every mount, read in time linear in their
+    /// number. Only for questions about every mount (see [`mountpoint`] for why).
     fn mount_table(&self) -> Result<MountTable, MountError>;
+    /// The topmost mount at `path` if `path` is a mount point, asked of that path alone.
+    fn mount_at(&self, path: &Path) -> Result<Option<Top>, MountError>;
+    /// What a mount of `path` shows: its device and inode (a symlink is not followed).
+    fn identity(&self, path: &Path) -> Result<Shown, MountError>;
     /// Bind-mounts directory `source` on directory `target` with `options`; on failure
     /// nothing stays mounted.
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError>;
@@ -225,6 +231,16 @@ impl Mounter for LinuxMounter {
         MountTable::read().map_err(err("read mount table", Path::new("/proc/self/mountinfo")))
     }
 
+    fn mount_at(&self, path: &Path) -> Result<Option<Top>, MountError> {
+        // The table is read only where statx cannot say (kernels before 5.8).
+        let in_table = || Ok(MountTable::read()?.mounted_at(path).is_some());
+        mountpoint::top_at(path, in_table).map_err(err("inspect mount point", path))
+    }
+
+    fn identity(&self, path: &Path) -> Result<Shown, MountError> {
+        mountpoint::shown(path).map_err(err("inspect", path))
+    }
+
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError> {
         let from = open_dir(source).map_err(err("open bind source", source))?;
         let onto = open_dir(target).map_err(err("open mount target", target))?;
@@ -281,6 +297,8 @@ impl Mounter for LinuxMounter {
 pub mod fake {
     use std::sync::Mutex;
 
+    use crate::linux::mountinfo::MountEntry;
+
     use super::*;
 
     #[derive(Debug, Default)]
@@ -309,9 +327,47 @@ pub mod fake {
         }
     }
 
+    /// A stand-in for a device and inode: the source's device and a hash of its path.
+    fn fake_shown(dev: (u32, u32), root: Option<&Path>) -> Shown {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let ino = BuildHasherDefault::<DefaultHasher>::default().hash_one(root);
+        Shown {
+            dev: nix::libc::makedev(dev.0, dev.1),
+            ino,
+        }
+    }
+
     impl Mounter for RecordingMounter {
         fn mount_table(&self) -> Result<MountTable, MountError> {
             Ok(MountTable::new(self.table.lock().unwrap().clone()))
+        }
+
+        fn mount_at(&self, path: &Path) -> Result<Option<Top>, MountError> {
+            let table = self.mount_table()?;
+            let position = table.entries().iter().rposition(|e| e.mount_point == path);
+            Ok(position.map(|i| {
+                let entry = &table.entries()[i];
+                let names = [
+                    "ro",
+                    "rw",
+                    "nosuid",
+                    "nodev",
+                    "noexec",
+                    "noatime",
+                    "nodiratime",
+                ];
+                Top {
+                    mnt_id: i as u64,
+                    shows: fake_shown(entry.dev, entry.root.as_deref()),
+                    block_rdev: None,
+                    options: names.into_iter().filter(|n| entry.has_option(n)).collect(),
+                }
+            }))
+        }
+
+        fn identity(&self, path: &Path) -> Result<Shown, MountError> {
+            let source = self.mount_table()?.source_of(path).unwrap();
+            Ok(fake_shown(source.dev, Some(&source.path)))
         }
 
         fn bind(
@@ -414,11 +470,11 @@ mod tests {
 
     #[test]
     fn an_existing_mount_satisfies_a_request_only_with_the_same_read_only_state() {
-        let entry = |options: &[&str]| MountEntry {
-            dev: (0, 1),
-            root: Some("/".into()),
-            mount_point: "/t".into(),
-            options: flags(options),
+        let entry = |options: &[&'static str]| Top {
+            mnt_id: 1,
+            shows: Shown { dev: 1, ino: 2 },
+            block_rdev: None,
+            options: options.to_vec(),
         };
         let ro = MountOptions::parse(&[], true).unwrap();
         let rw = MountOptions::default();

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::csi_node::*;
 use csi_nodekit::linux::mount::{MountError, MountOptions};
 use csi_nodekit::linux::mountinfo::MountTable;
+use csi_nodekit::linux::mountpoint::{Shown, Top};
 use csi_nodekit::node_server::{LinuxMounter, Mounter};
 use csi_nodekit::proto::csi::*;
 use tonic::Code;
@@ -43,6 +44,14 @@ impl GateMounter {
 impl Mounter for GateMounter {
     fn mount_table(&self) -> Result<MountTable, MountError> {
         LinuxMounter.mount_table()
+    }
+
+    fn mount_at(&self, path: &Path) -> Result<Option<Top>, MountError> {
+        LinuxMounter.mount_at(path)
+    }
+
+    fn identity(&self, path: &Path) -> Result<Shown, MountError> {
+        LinuxMounter.identity(path)
     }
 
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError> {

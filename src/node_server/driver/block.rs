@@ -44,6 +44,14 @@ fn device_at(path: &Path, found: &Found) -> Option<Status> {
         .cloned()
 }
 
+/// The device of `found` whose number a mount's root has, if any.
+fn ours(found: &Found, rdev: Option<u64>) -> Option<Status> {
+    let rdev = rdev?;
+    (found.ours.iter())
+        .find(|s| s.device.rdev() == rdev)
+        .cloned()
+}
+
 /// Every mount of a device of `found`: where, and which device. A bind of `/dev/loopN` shows
 /// `loopN` as its root; its device number, read through the mount point, proves it.
 fn targets(table: &MountTable, found: &Found) -> Vec<(PathBuf, Status)> {
@@ -172,11 +180,15 @@ impl Driver {
             }
             .into());
         };
-        let table = self.mounter.mount_table()?;
-        let published = targets(&table, &found);
-        if let Some((_, status)) = published.iter().find(|(at, _)| at == target) {
-            let ro_mount = table.mounted_at(target).is_some_and(|e| e.is_readonly());
-            if status.read_only == readonly && ro_mount == readonly {
+        if let Some(top) = self.mounter.mount_at(target)? {
+            let Some(status) = ours(&found, top.block_rdev) else {
+                return Err(PublishError::OtherMount {
+                    field: "target_path",
+                    path: target.to_owned(),
+                }
+                .into());
+            };
+            if status.read_only == readonly && top.is_readonly() == readonly {
                 return Ok(Published::Already);
             }
             return Err(PublishError::OtherOptions {
@@ -186,14 +198,8 @@ impl Driver {
             }
             .into());
         }
-        if table.mounted_at(target).is_some() {
-            return Err(PublishError::OtherMount {
-                field: "target_path",
-                path: target.to_owned(),
-            }
-            .into());
-        }
-        if exclusive && let Some((at, _)) = published.first() {
+        // Whether a device of the volume is mounted anywhere: only the whole table says.
+        if exclusive && let Some((at, _)) = targets(&self.mounter.mount_table()?, &found).first() {
             return Err(PublishError::PublishedElsewhere { at: at.clone() }.into());
         }
         let (device, attached) = match readonly {
@@ -227,8 +233,8 @@ impl Driver {
     ) -> Result<(), NodeError> {
         let found = self.found(record)?;
         let mut unmounted = None;
-        while self.mounter.mount_table()?.mounted_at(target).is_some() {
-            let Some(status) = device_at(target, &found) else {
+        while let Some(top) = self.mounter.mount_at(target)? {
+            let Some(status) = ours(&found, top.block_rdev) else {
                 return Err(PublishError::ForeignMount {
                     field: "target_path",
                     path: target.to_owned(),
@@ -249,9 +255,13 @@ impl Driver {
             record.id,
             target.display()
         );
-        let table = self.mounter.mount_table()?;
-        let still_used = (targets(&table, &found).iter()).any(|(_, s)| s.device == status.device);
-        if status.read_only && !still_used {
+        // A read-only device is its publish's own: detached once no mount anywhere shows it,
+        // which only the whole table tells. A writable one stays until unstage.
+        let still_used = || -> Result<bool, NodeError> {
+            let table = self.mounter.mount_table()?;
+            Ok((targets(&table, &found).iter()).any(|(_, s)| s.device == status.device))
+        };
+        if status.read_only && !still_used()? {
             // Open in a pod still: it stays until unstage, which reports that.
             if let Err(e) = self.loops.detach(status.device, &self.image_of(&record.id)) {
                 log::info!(

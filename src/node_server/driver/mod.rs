@@ -486,7 +486,7 @@ impl Driver {
         field: &'static str,
         path: &Path,
     ) -> Result<(), NodeError> {
-        if self.mounter.mount_table()?.mounted_at(path).is_some() {
+        if self.mounter.mount_at(path)?.is_some() {
             return Err(NodeError::UnknownButMounted {
                 id: id.to_owned(),
                 field,
@@ -503,16 +503,18 @@ impl Driver {
             return self.block_stats(&record, &path);
         }
         let dir = self.volumes.path_of(id);
-        let table = self.mounter.mount_table()?;
-        let source = table.locate(&dir).map_err(VolumeError::from)?;
         let statvfs = match nix::sys::statvfs::statvfs(&dir) {
             Ok(stat) => Some(stat),
             Err(nix::errno::Errno::ENOENT) => None,
             Err(source) => return Err(NodeError::Stats { dir, source }),
         };
-        let abnormal = match (&statvfs, table.mounted_at(&path)) {
+        let shown = match statvfs {
+            Some(_) => Some(self.mounter.identity(&dir)?),
+            None => None,
+        };
+        let abnormal = match (shown, self.mounter.mount_at(&path)?) {
             (None, _) => Some(format!("volume directory {} is missing", dir.display())),
-            (Some(_), Some(entry)) if entry.shows(&source) => None,
+            (Some(dir), Some(top)) if top.shows == dir => None,
             _ => Some(format!("volume is not mounted at {}", path.display())),
         };
         // Stats are polled; a quota that cannot be read is reported, not an error.

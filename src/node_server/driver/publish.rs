@@ -1,15 +1,18 @@
-//! Stage, publish, unpublish and unstage as bind mounts, decided from the mount table.
+//! Stage, publish, unpublish and unstage as bind mounts, decided by the kernel.
 //!
-//! A volume's *source* is where its data directory really lives (filesystem and path inside
-//! it). A mount "is this volume" exactly when it shows that source, so every answer —
-//! already staged? published compatibly? still in use? — comes from the kernel, after a
-//! restart as much as before it. Every function here blocks.
+//! A mount "is this volume" exactly when its root is the volume's data directory (the same
+//! device and inode, see [`mountpoint`](crate::linux::mountpoint)), so every answer —
+//! already staged? published compatibly? — comes from the kernel, after a restart as much
+//! as before it, asked of the one path concerned: its cost does not grow with the node's
+//! mount table. Only "is this volume mounted anywhere else?" (a single-writer publish) reads
+//! the whole table, as nothing in the kernel answers it per path. Every function here blocks.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use crate::linux::mount::{MountError, MountOptions, Mounter};
-use crate::linux::mountinfo::{MountTable, Source, Unlocatable};
+use crate::linux::mountinfo::Unlocatable;
+use crate::linux::mountpoint::Shown;
 use crate::linux::resolve::{self as linux_resolve, ResolveError};
 
 /// Why a mount point or a mount cannot be what a request asks; each names the request field
@@ -128,19 +131,19 @@ fn make_mount_point(field: &'static str, path: &Path) -> Result<bool, PublishErr
 /// Checks an existing mount at `path` against a request: `Ok(true)` when it is this volume
 /// with compatible options (nothing to do), `Ok(false)` when nothing is mounted there.
 fn already_there(
-    table: &MountTable,
+    mounter: &dyn Mounter,
     field: &'static str,
     path: &Path,
-    source: &Source,
+    source: Shown,
     options: &MountOptions,
 ) -> Result<bool, PublishError> {
-    match table.mounted_at(path) {
+    match mounter.mount_at(path)? {
         None => Ok(false),
-        Some(entry) if entry.shows(source) && options.satisfied_by(entry) => Ok(true),
-        Some(entry) if entry.shows(source) => Err(PublishError::OtherOptions {
+        Some(top) if top.shows == source && options.satisfied_by(&top) => Ok(true),
+        Some(top) if top.shows == source => Err(PublishError::OtherOptions {
             field,
             path: path.to_owned(),
-            options: entry.options.join(","),
+            options: top.options.join(","),
         }),
         Some(_) => Err(PublishError::OtherMount {
             field,
@@ -156,9 +159,8 @@ pub fn stage(
     staging: &Path,
     options: MountOptions,
 ) -> Result<bool, PublishError> {
-    let table = mounter.mount_table()?;
-    let source = table.locate(dir)?;
-    if already_there(&table, "staging_target_path", staging, &source, &options)? {
+    let source = mounter.identity(dir)?;
+    if already_there(mounter, "staging_target_path", staging, source, &options)? {
         return Ok(false);
     }
     make_mount_point("staging_target_path", staging)?;
@@ -190,26 +192,21 @@ pub enum Published {
 
 /// Binds the staged volume on the target.
 pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, PublishError> {
-    let table = mounter.mount_table()?;
-    let source = table.locate(p.dir)?;
-    if already_there(&table, "target_path", p.target, &source, &p.options)? {
+    let source = mounter.identity(p.dir)?;
+    if already_there(mounter, "target_path", p.target, source, &p.options)? {
         return Ok(Published::Already);
     }
     if let Some(staging) = p.staging
-        && !table.mounted_at(staging).is_some_and(|e| e.shows(&source))
+        && !(mounter.mount_at(staging)?).is_some_and(|top| top.shows == source)
     {
         return Err(PublishError::NotStaged {
             staging: staging.to_owned(),
         });
     }
     if p.exclusive
-        && let Some(other) = table
-            .mounts_from(&source)
-            .find(|e| e.shows(&source) && Some(e.mount_point.as_path()) != p.staging)
+        && let Some(at) = published_elsewhere(mounter, p.dir, p.staging)?
     {
-        return Err(PublishError::PublishedElsewhere {
-            at: other.mount_point.clone(),
-        });
+        return Err(PublishError::PublishedElsewhere { at });
     }
     let created = make_mount_point("target_path", p.target)?;
     if let Err(e) = mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options) {
@@ -221,35 +218,62 @@ pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, Publ
     Ok(Published::Mounted { created })
 }
 
-/// Unmounts every mount of this volume stacked at `path`; refuses to touch a mount that is
-/// not this volume. Returns whether anything was unmounted.
+/// Where else than `staging` the volume directory `dir` is mounted, if anywhere. The one
+/// question here that reads the whole mount table: the kernel finds mounts by their mount
+/// point, never by what they show.
+fn published_elsewhere(
+    mounter: &dyn Mounter,
+    dir: &Path,
+    staging: Option<&Path>,
+) -> Result<Option<PathBuf>, PublishError> {
+    let table = mounter.mount_table()?;
+    let source = table.locate(dir)?;
+    Ok(table
+        .mounts_from(&source)
+        .find(|e| e.shows(&source) && Some(e.mount_point.as_path()) != staging)
+        .map(|e| e.mount_point.clone()))
+}
+
+/// Unmounts every mount of this volume stacked at `path`, topmost first (unmounting one
+/// uncovers the next); refuses to touch a mount that is not this volume. Returns whether
+/// anything was unmounted.
 pub fn unmount_volume(
     mounter: &dyn Mounter,
     field: &'static str,
     path: &Path,
     dir: &Path,
 ) -> Result<bool, PublishError> {
-    let table = mounter.mount_table()?;
-    let source = table.locate(dir)?;
-    // Mounts stacked at `path`, topmost first: unmounting one uncovers the next, so one read
-    // of the table tells what each unmount will leave visible.
-    let stacked = table
-        .entries()
-        .iter()
-        .rev()
-        .filter(|e| e.mount_point == path);
-    let mut unmounted = false;
-    for entry in stacked {
-        if !entry.shows(&source) {
-            return Err(PublishError::ForeignMount {
-                field,
-                path: path.to_owned(),
-            });
+    let foreign = || PublishError::ForeignMount {
+        field,
+        path: path.to_owned(),
+    };
+    let mut source = None;
+    let mut unmounted = None;
+    while let Some(top) = mounter.mount_at(path)? {
+        let source = match source {
+            Some(source) => source,
+            // A volume directory that is gone can be shown by no mount.
+            None => match mounter.identity(dir) {
+                Ok(shown) => *source.insert(shown),
+                Err(e) if e.source.kind() == ErrorKind::NotFound => return Err(foreign()),
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if top.shows != source {
+            return Err(foreign());
+        }
+        if unmounted == Some(top.mnt_id) {
+            // The kernel said it unmounted, yet the same mount is still there.
+            return Err(PublishError::Mount(crate::linux::mount::err(
+                "unmount", path,
+            )(
+                std::io::Error::from_raw_os_error(nix::libc::EBUSY),
+            )));
         }
         mounter.unmount(path)?;
-        unmounted = true;
+        unmounted = Some(top.mnt_id);
     }
-    Ok(unmounted)
+    Ok(unmounted.is_some())
 }
 
 /// Removes the target directory publish created: only if empty, never following a symlink
