@@ -54,8 +54,9 @@ fn main() -> ExitCode {
             print!("{}", cli::help_text(MODES));
             ExitCode::SUCCESS
         }
-        Dispatch::UnknownFlag(why) => {
-            eprintln!("{}: {why}", cli::BINARY);
+        Dispatch::UnknownFlag(line) => {
+            eprintln!("{line}");
+            eprintln!("{}", cli::usage(MODES));
             ExitCode::from(2)
         }
         Dispatch::Unknown(why) => {
@@ -85,6 +86,10 @@ fn run_mode<A: ModeArgs + argh::FromArgs + ArgsInfo>(
         }
         Err(ParseStop::Usage(line)) => {
             eprintln!("{line}");
+            return ExitCode::from(2);
+        }
+        Err(ParseStop::Undefined { line, usage }) => {
+            eprint!("{line}\n{usage}");
             return ExitCode::from(2);
         }
     };
@@ -196,11 +201,7 @@ mod tests {
             ),
             (
                 &["csi-nodekit", "--v=2"],
-                Dispatch::UnknownFlag(
-                    "unknown flag --v: give a mode first (node-server, registrar, probe, demo); \
-                 see csi-nodekit --help"
-                        .into(),
-                ),
+                Dispatch::UnknownFlag("flag provided but not defined: -v".into()),
             ),
             (
                 &["csi-nodekit", "help", "registrar"],
@@ -250,7 +251,7 @@ mod tests {
         let help = cli::help_text(MODES);
         assert!(
             help.contains(
-                "\nAlso installed as the upstream names: csi-node-server (node-server), \
+                "\nIn the image also linked as the upstream names: csi-node-server (node-server), \
              csi-node-driver-registrar and node-driver-registrar (registrar), livenessprobe \
              (probe serve).\n"
             ),

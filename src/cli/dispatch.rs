@@ -59,7 +59,7 @@ pub enum Dispatch {
     Help,
     /// No mode or an unknown one: a one-line complaint, then the usage text, exit 2.
     Unknown(String),
-    /// `csi-nodekit --bogus`: one line naming the flag, exit 2.
+    /// `csi-nodekit --bogus`: Go's line naming the flag, then the usage text, exit 2.
     UnknownFlag(String),
 }
 
@@ -119,7 +119,7 @@ pub fn help_text(modes: &[Mode]) -> String {
         })
         .collect();
     text.push_str(&format!(
-        "\nAlso installed as the upstream names: {}.\n",
+        "\nIn the image also linked as the upstream names: {}.\n",
         upstream.join(", ")
     ));
     text
@@ -184,10 +184,13 @@ pub fn dispatch(modes: &'static [Mode], argv: &[String]) -> Dispatch {
             }
             None => Dispatch::Unknown(format!("unknown mode {:?}", rest[1])),
         },
+        // Go's words, as a mode says them; the usage that follows tells to give a mode first.
         Some(flag) if flag.starts_with('-') && flag.len() > 1 => Dispatch::UnknownFlag(format!(
-            "unknown flag {}: give a mode first ({}); see {BINARY} --help",
-            flag.split('=').next().unwrap_or(flag),
-            names(modes)
+            "flag provided but not defined: -{}",
+            flag.split('=')
+                .next()
+                .unwrap_or(flag)
+                .trim_start_matches('-')
         )),
         Some(name) => match lookup(modes, name) {
             Some((mode, implied)) => {

@@ -130,6 +130,10 @@ pub enum ParseStop {
     Help(String),
     /// A wrong flag: one line naming it, exit 2.
     Usage(String),
+    /// A flag the command does not define. As Go's flag package does: its line
+    /// (`flag provided but not defined: -bogus`), then the command's flags as `Usage of <name>:`,
+    /// both to stderr, exit 2. Scripts and people grep for Go's line.
+    Undefined { line: String, usage: String },
 }
 
 /// Normalises Go-style flags, then lets argh parse them into the mode's `Args`; `--help`
@@ -168,6 +172,12 @@ pub fn parse_implied<T: FromArgs + ArgsInfo>(
     T::from_args(&command, &words).map_err(|early| match early.status {
         Ok(()) => ParseStop::Help(early.output),
         Err(()) => {
+            if let Some(name) = undefined_flag(&early.output) {
+                return ParseStop::Undefined {
+                    line: format!("flag provided but not defined: -{name}"),
+                    usage: help::go_usage(program, &info, &normalized[..flags_end], implied),
+                };
+            }
             let line = match Refusal::decode(&early.output) {
                 Some(refusal) => refused::<T>(&refusal, &command, &words, &early.output),
                 None => go_wording(&early.output),
@@ -203,9 +213,20 @@ fn refused<T: FromArgs>(refusal: &Refusal, command: &[&str], words: &[&str], tex
     }
 }
 
+/// The name (without dashes) of the flag argh did not know, from its text: Go names it with one
+/// dash whichever way it was spelled (`--bogus=1` → `-bogus`).
+fn undefined_flag(text: &str) -> Option<String> {
+    let arg = one_line(text)
+        .strip_prefix("Unrecognized argument: ")?
+        .trim_matches('"')
+        .to_owned();
+    arg.starts_with('-')
+        .then(|| arg.trim_start_matches('-').to_owned())
+}
+
 /// argh's error texts in one line (a wrong flag must be reported on one line), in the words
 /// Go's flag package uses for the same mistakes. The one place that reads argh's English, for
-/// what only argh knows: a flag no struct has, a word no command takes, an option given last
+/// what only argh knows: a flag no struct has (see [`undefined_flag`]), a word no command takes, an option given last
 /// with no value, and a value refused by a type that is not one of our
 /// [flag values](super::values) (`u8`, `u16`, a `FromStr` type), whose error argh turns into
 /// bare text. The texts it reads are pinned by `argh_texts_go_wording_reads_are_as_pinned`
@@ -213,11 +234,8 @@ fn refused<T: FromArgs>(refusal: &Refusal, command: &[&str], words: &[&str], tex
 fn go_wording(text: &str) -> String {
     let line = one_line(text);
     if let Some(arg) = line.strip_prefix("Unrecognized argument: ") {
-        let arg = arg.trim_matches('"');
-        return match arg.starts_with('-') {
-            true => format!("unknown flag {arg}"),
-            false => format!("unexpected argument {arg:?}"),
-        };
+        // A flag was taken by `undefined_flag` before: this is a word no command takes.
+        return format!("unexpected argument {:?}", arg.trim_matches('"'));
     }
     if let Some(rest) = line.strip_prefix("Error parsing option '")
         && let Some((flag, rest)) = rest.split_once("' with value '")

@@ -72,13 +72,7 @@ pub fn render(usage_name: &str, info: &CommandInfoWithArgs) -> String {
         }
     }
     text.push_str("\nFlags:\n");
-    let mut flags: Vec<&FlagInfo> = info
-        .flags
-        .iter()
-        .filter(|f| f.long != "--help" && !f.hidden)
-        .collect();
-    flags.sort_by_key(|f| spelled(f.long));
-    for flag in flags {
+    for flag in listed_flags(info) {
         text.push_str(&entry(flag));
     }
     if commands {
@@ -89,14 +83,41 @@ pub fn render(usage_name: &str, info: &CommandInfoWithArgs) -> String {
     text
 }
 
-/// The help for a command line that asked for it: the subcommand its words chose (if any),
-/// named without the words the program's name implied.
-pub fn for_words(
+/// What Go's flag package prints after `flag provided but not defined`: `Usage of <name>:` and
+/// the flags of the (sub)command the words chose, in `flag.PrintDefaults`' layout.
+pub fn go_usage(
     program: &str,
     info: &CommandInfoWithArgs,
     words: &[String],
     implied: usize,
 ) -> String {
+    let (usage_name, chosen) = chosen(program, info, words, implied);
+    let mut text = format!("Usage of {usage_name}:\n");
+    for flag in listed_flags(chosen) {
+        text.push_str(&entry(flag));
+    }
+    text
+}
+
+/// The flags help lists, in byte order of their spelled names (not `--help`, nor hidden ones).
+fn listed_flags(info: &CommandInfoWithArgs) -> Vec<&FlagInfo<'static>> {
+    let mut flags: Vec<&FlagInfo> = info
+        .flags
+        .iter()
+        .filter(|f| f.long != "--help" && !f.hidden)
+        .collect();
+    flags.sort_by_key(|f| spelled(f.long));
+    flags
+}
+
+/// The subcommand a command line's words chose (if any) and its name, without the words the
+/// program's name implied.
+fn chosen<'a>(
+    program: &str,
+    info: &'a CommandInfoWithArgs,
+    words: &[String],
+    implied: usize,
+) -> (String, &'a CommandInfoWithArgs) {
     let mut usage_name = program.to_owned();
     let mut chosen: Option<&CommandInfoWithArgs> = None;
     let mut depth = 0;
@@ -111,7 +132,19 @@ pub fn for_words(
             chosen = Some(&sub.command);
         }
     }
-    render(&usage_name, chosen.unwrap_or(info))
+    (usage_name, chosen.unwrap_or(info))
+}
+
+/// The help for a command line that asked for it: the subcommand its words chose (if any),
+/// named without the words the program's name implied.
+pub fn for_words(
+    program: &str,
+    info: &CommandInfoWithArgs,
+    words: &[String],
+    implied: usize,
+) -> String {
+    let (usage_name, chosen) = chosen(program, info, words, implied);
+    render(&usage_name, chosen)
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ use crate::cli::ModeArgs;
 use crate::{BoxError, UsageError, logging};
 
 #[derive(FromArgs, ArgsInfo, Debug)]
-/// Health and registration probes, and a kubelet emulator.
+/// Health and registration probes, a kubelet emulator, and a node doctor (why is a driver not
+/// registered?).
 pub struct Args {
     /// print the version and exit
     #[argh(switch)]

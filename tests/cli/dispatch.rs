@@ -94,14 +94,19 @@ fn an_unknown_mode_is_named_and_exits_2() {
 }
 
 #[test]
-fn an_unknown_flag_prints_one_line_naming_it_and_exits_2() {
+fn an_unknown_flag_prints_gos_line_naming_it_then_the_usage_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let link = common::symlink_as(dir.path(), "csi-node-server");
     let out = run(&link, &["--no-such-flag=1"]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--no-such-flag"), "{err}");
+    let mut lines = err.lines();
+    assert_eq!(
+        lines.next(),
+        Some("flag provided but not defined: -no-such-flag"),
+        "{err}"
+    );
+    assert_eq!(lines.next(), Some("Usage of csi-node-server:"), "{err}");
 }
 
 #[test]

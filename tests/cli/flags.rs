@@ -389,24 +389,61 @@ fn every_bad_flag_value_exits_2_with_one_line_naming_the_flag_before_anything_st
 }
 
 #[test]
-fn an_unknown_flag_says_so_at_every_level() {
+fn an_unknown_flag_gets_gos_words_and_the_usage_at_every_level_and_exit_2() {
+    // As Go's flag package: `flag provided but not defined: -bogus` (one dash however it was
+    // spelled), then the usage, all on stderr, nothing on stdout.
     let top = run_as("csi-nodekit", &["--bogus"]);
     assert_eq!(top.status.code(), Some(2));
     let err = text(&top.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("unknown flag --bogus"), "{err}");
-    for name in [
-        "csi-node-driver-registrar",
-        "livenessprobe",
-        "csi-node-server",
+    let mut lines = err.lines();
+    assert_eq!(
+        lines.next(),
+        Some("flag provided but not defined: -bogus"),
+        "{err}"
+    );
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.starts_with("usage: csi-nodekit <mode>")),
+        "{err}"
+    );
+    assert!(top.stdout.is_empty());
+    for (name, usage, flag) in [
+        (
+            "csi-node-driver-registrar",
+            "Usage of csi-node-driver-registrar:",
+            "  -kubelet-registration-path string",
+        ),
+        (
+            "livenessprobe",
+            "Usage of livenessprobe:",
+            "  -probe-timeout duration",
+        ),
+        (
+            "csi-node-server",
+            "Usage of csi-node-server:",
+            "  -endpoint string",
+        ),
     ] {
         let out = run_as(name, &["-bogus=1"]);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}");
+        let lines: Vec<&str> = err.lines().collect();
         assert_eq!(
-            err.trim_end(),
-            format!("{name}: unknown flag --bogus"),
-            "{name}"
+            lines[..2],
+            ["flag provided but not defined: -bogus", usage],
+            "{name}: {err}"
         );
+        assert!(lines.contains(&flag), "{name}: {err}");
     }
+    let sub = run_as("csi-nodekit", &["probe", "once", "--bogus"]);
+    let err = text(&sub.stderr);
+    assert_eq!(sub.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with(
+            "flag provided but not defined: -bogus\nUsage of csi-nodekit probe once:\n"
+        ),
+        "{err}"
+    );
 }
