@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the FROM scratch image (packaging/Containerfile) reproducibly and saves it as an OCI
-# archive, then prints its digest and size.
+# archive, with its SBOM (CycloneDX JSON) beside it, then prints its digest and size.
 #
 #   scripts/build-image.sh
 #
@@ -11,6 +11,7 @@
 #   CARGO_TARGET_DIR   as for cargo; the static binary is built there
 #   IMAGE_TOOL         buildah or podman (default: whichever is installed, buildah first)
 #   IMAGE_BINARY       use this static binary instead of building one
+#   IMAGE_SBOM         0: write no SBOM (for a binary built without cargo auditable; default 1)
 #
 # The same binary always gives the same image digest and the same archive bytes: fixed
 # timestamps, no build history, no builder-version label, files sorted in the archive.
@@ -52,7 +53,16 @@ command -v "$tool" >/dev/null 2>&1 || {
   exit 1
 }
 
-# 3. The build context: the binary and the mode links, nothing else.
+# 3. The SBOM, from the dependency list the binary carries (cargo auditable's .dep-v0), with the
+# archive's timestamp: the same binary gives the same bytes. Made before the image, so a binary
+# without the list stops the build before anything is built.
+sbom_json=
+if [ "${IMAGE_SBOM:-1}" != 0 ]; then
+  created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
+  sbom_json=$(cargo run --quiet --locked --example sbom -- "$bin" "$created")
+fi
+
+# 4. The build context: the binary and the mode links, nothing else.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/context" "$work/context/links"
@@ -61,7 +71,7 @@ for link in "${links[@]}"; do
   ln -s csi-nodekit "$work/context/links/$link"
 done
 
-# 4. Build. The tag moves to the new image; the image it held before is removed only when
+# 5. Build. The tag moves to the new image; the image it held before is removed only when
 #    nothing uses it any more (no --force: a user's container keeps its image).
 old_id=$("$tool" images --quiet --no-trunc "$name:$version" 2>/dev/null || true)
 "$tool" build --quiet \
@@ -80,12 +90,17 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
     echo "kept the previous image ${old_id:0:12}: still in use" >&2
 fi
 
-# 5. Save: an OCI image layout, tarred with fixed order, owners and times.
+# 6. Save: an OCI image layout, tarred with fixed order, owners and times.
 "$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$name:$version"
 mkdir -p "$out"
 archive="$out/csi-nodekit-$version.oci.tar"
 tar --create --file "$archive" --directory "$work/layout" --format=gnu --sort=name \
   --mtime="@$epoch" --owner=0 --group=0 --numeric-owner .
+
+if [ -n "$sbom_json" ]; then
+  sbom="$out/csi-nodekit-$version.cdx.json"
+  printf '%s\n' "$sbom_json" >"$sbom"
+fi
 
 digest=$(cat "$work/digest")
 size=$(stat -c %s "$archive")
@@ -93,3 +108,6 @@ sum=$(sha256sum "$archive")
 echo "image:   $name:$version (built with $tool)"
 echo "digest:  $digest"
 echo "archive: $archive, $size bytes ($((size / 1024)) KiB), sha256:${sum%% *}"
+if [ -n "$sbom_json" ]; then
+  echo "sbom:    $sbom (CycloneDX)"
+fi

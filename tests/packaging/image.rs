@@ -15,9 +15,11 @@ use serde_json::Value;
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// One run of the build script: its archive and what it printed.
-struct Build {
+pub(super) struct Build {
     _out: tempfile::TempDir,
-    archive: PathBuf,
+    pub(super) archive: PathBuf,
+    /// The CycloneDX SBOM written beside the archive.
+    pub(super) sbom: PathBuf,
     digest: String,
     archive_sha256: String,
 }
@@ -72,16 +74,19 @@ fn build_image(binary: Option<&Path>) -> Build {
         .expect("archive checksum");
     let archive = out.path().join(format!("csi-nodekit-{VERSION}.oci.tar"));
     assert!(archive.is_file(), "no archive at {archive:?}:\n{stdout}");
+    let sbom = out.path().join(format!("csi-nodekit-{VERSION}.cdx.json"));
+    assert_eq!(field("sbom:"), format!("{} (CycloneDX)", sbom.display()));
     Build {
         _out: out,
         archive,
+        sbom,
         digest,
         archive_sha256,
     }
 }
 
-/// The first build, shared by the tests here.
-fn first_build() -> &'static Build {
+/// The first build, shared by the tests here and in `supply_chain.rs` (one static build).
+pub(super) fn first_build() -> &'static Build {
     static BUILD: OnceLock<Build> = OnceLock::new();
     BUILD.get_or_init(|| build_image(None))
 }
@@ -106,7 +111,7 @@ fn json(path: &Path) -> Value {
 }
 
 /// Unpacks the archive's image: returns its config and the root filesystem's directory.
-fn unpack(archive: &Path, into: &Path) -> (Value, PathBuf) {
+pub(super) fn unpack(archive: &Path, into: &Path) -> (Value, PathBuf) {
     let layout = into.join("layout");
     let rootfs = into.join("rootfs");
     std::fs::create_dir_all(&layout).unwrap();
@@ -275,6 +280,11 @@ fn building_the_image_again_from_the_same_binary_gives_the_same_digest_and_archi
         std::fs::read(&first.archive).unwrap(),
         std::fs::read(&second.archive).unwrap()
     );
+    assert_eq!(
+        std::fs::read(&first.sbom).unwrap(),
+        std::fs::read(&second.sbom).unwrap(),
+        "the SBOM's bytes"
+    );
 }
 
 /// A stand-in for the binary: all the build script asks of it is `--version`. Each `variant`
@@ -296,6 +306,8 @@ fn build_named(name: &str, binary: &Path, out: &Path) -> std::process::Output {
         .env("IMAGE_NAME", name)
         .env("IMAGE_BINARY", binary)
         .env("IMAGE_OUT", out)
+        // A shell script carries no dependency list to make an SBOM from.
+        .env("IMAGE_SBOM", "0")
         .output()
         .expect("run scripts/build-image.sh")
 }

@@ -4,3 +4,4 @@
 mod demo;
 mod image;
 mod manifests;
+mod supply_chain;
