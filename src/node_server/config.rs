@@ -18,6 +18,9 @@ pub struct Config {
     pub max_volumes_per_node: i64,
     /// Total bytes for all volumes and snapshots; `None`: the filesystem's free space.
     pub capacity: Option<u64>,
+    /// `--overcommit`: without `capacity`, new volumes need only fit in the free space, not
+    /// beside what existing ones were promised.
+    pub overcommit: bool,
     /// `--quota`: whether volume sizes are enforced by project quotas.
     pub quota: quota::Mode,
     /// Whether ControllerGetCapabilities lists GET_SNAPSHOT.
@@ -43,6 +46,7 @@ impl Config {
             state_dir: state_dir.into(),
             max_volumes_per_node: 0,
             capacity: None,
+            overcommit: false,
             quota: quota::Mode::Auto,
             advertise_get_snapshot: false,
         }

@@ -77,6 +77,10 @@ crate::mode_args! {
         /// space of the state directory's filesystem when each volume is created)
         #[argh(option)]
         pub capacity: Option<ByteSize>,
+        /// without --capacity, let new volumes take free space already promised to existing
+        /// ones (by default each volume's size less its usage stays reserved)
+        #[argh(switch)]
+        pub overcommit: bool,
         /// directory holding volumes and their state (default "/var/lib/csi-nodekit")
         #[argh(option, default = "NonEmptyPath::known(\"/var/lib/csi-nodekit\")")]
         pub state_dir: NonEmptyPath,
@@ -123,6 +127,7 @@ impl Settings {
             },
             max_volumes_per_node: args.max_volumes_per_node,
             capacity: args.capacity.map(ByteSize::bytes),
+            overcommit: args.overcommit,
             quota: args.quota,
             advertise_get_snapshot: args.advertise_get_snapshot,
             ..Config::new(&args.driver_name, "", args.state_dir.into_path())

@@ -21,6 +21,7 @@ mod oversize_requests;
 mod own_paths;
 mod private_state;
 mod quota_modes;
+mod reservation;
 mod sanity;
 mod snapshot_crash;
 mod snapshot_errors;

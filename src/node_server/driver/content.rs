@@ -159,10 +159,13 @@ impl Content {
 
     /// Refuses a source that holds more than the volume `record` is to have: more bytes than
     /// its size (a source can hold more than its own size, if its limit did not hold), or
-    /// more inodes than its `inodeLimit`.
+    /// more inodes than its inode limit (its `inodeLimit`, else the default for its size).
     fn fits(&self, record: &Record) -> Result<(), ControllerError> {
         let used = self.usage()?;
-        let inode_limit = record.attributes.inodes();
+        let inode_limit = crate::node_server::state::capacity::inode_limit(
+            record.attributes.inode_limit,
+            record.capacity,
+        );
         if used.bytes > record.capacity || (inode_limit > 0 && used.inodes > inode_limit) {
             return Err(ControllerError::SourceHolds {
                 bytes: used.bytes,

@@ -135,7 +135,7 @@ impl Driver {
         // Decided before the records load, so a refusal is the only thing said.
         let data_dir = Volumes::create_data_dir(&state_dir)?;
         let quotas = VolumeQuotas::start(data_dir, config.quota)?;
-        let volumes = Volumes::open_with(&state_dir, config.capacity, quotas)?;
+        let volumes = Volumes::open_with(&state_dir, config.capacity, config.overcommit, quotas)?;
         volumes.remove_unrecorded()?;
         match mounter.mount_table() {
             Ok(table) => volumes.finish_deletes(&table),

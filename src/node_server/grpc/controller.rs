@@ -62,9 +62,9 @@ fn status(error: ControllerError) -> Status {
         E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project
         // IDs to enforce it with).
-        E::Volume(V::NoSpace { .. } | V::Quota(QuotaError::Exhausted { .. })) => {
-            Code::ResourceExhausted
-        }
+        E::Volume(
+            V::NoSpace { .. } | V::NoInodes { .. } | V::Quota(QuotaError::Exhausted { .. }),
+        ) => Code::ResourceExhausted,
         E::Copy(e) if e.is_out_of_space() => Code::ResourceExhausted,
         // "Unsupported capacity" on expansion, or smaller than the source.
         // A source holding more than the size asked for is "smaller than the source" too.

@@ -38,7 +38,7 @@ pub fn status(error: SnapshotError) -> Status {
         // "Operation pending for snapshot" (or for its source).
         E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
         // "Not enough space to create snapshot": `--capacity`, or the filesystem, is full.
-        E::Volume(V::NoSpace { .. }) => Code::ResourceExhausted,
+        E::Volume(V::NoSpace { .. } | V::NoInodes { .. }) => Code::ResourceExhausted,
         E::Copy { source, .. } if source.is_out_of_space() => Code::ResourceExhausted,
         E::Volume(
             V::NoRoomToGrow { .. }

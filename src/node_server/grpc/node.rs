@@ -78,9 +78,9 @@ fn status(error: NodeError) -> Status {
         // "Operation pending for volume".
         E::Volume(V::Busy { .. }) => Code::Aborted,
         // An ephemeral volume that does not fit, or no project ID left for it.
-        E::Volume(V::NoSpace { .. } | V::Quota(QuotaError::Exhausted { .. })) => {
-            Code::ResourceExhausted
-        }
+        E::Volume(
+            V::NoSpace { .. } | V::NoInodes { .. } | V::Quota(QuotaError::Exhausted { .. }),
+        ) => Code::ResourceExhausted,
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
         E::Volume(
             V::Unlocatable(_) | V::Io { .. } | V::Undeletable { .. } | V::Store(_) | V::Quota(_),
@@ -150,18 +150,25 @@ fn usages(stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
 }
 
 /// A volume's own bytes and inodes, from its project quota: the limit is the total. Without an
-/// inode limit, the inodes it can still take are the filesystem's.
+/// inode limit, the inodes it can still take are the filesystem's. What is available is never
+/// more than the filesystem has free (an overcommitted or over-full filesystem runs out first).
 fn quota_usages(quota: &Usage, stat: &nix::sys::statvfs::Statvfs) -> Vec<VolumeUsage> {
     let limit = quota.limits.bytes;
+    let free_bytes = stat.blocks_available().saturating_mul(stat.fragment_size());
     let (inodes, free_inodes) = match quota.limits.inodes {
         0 => (stat.files(), stat.files_available()),
-        limit => (limit, limit.saturating_sub(quota.inodes)),
+        limit => (
+            limit,
+            limit
+                .saturating_sub(quota.inodes)
+                .min(stat.files_available()),
+        ),
     };
     vec![
         usage(
             volume_usage::Unit::Bytes,
             limit,
-            limit.saturating_sub(quota.bytes),
+            limit.saturating_sub(quota.bytes).min(free_bytes),
             quota.bytes,
         ),
         usage(

@@ -3,7 +3,8 @@
 //! `parameters`) may set, and what node-server applies to a volume while it is in use.
 //!
 //! - `inodeLimit`: the most files, directories and symlinks the volume may hold, as the hard
-//!   inode limit of its project quota (`0`: no limit, the default). Only where sizes are
+//!   inode limit of its project quota (`0`: no limit; without it, the default for the size,
+//!   `capacity::default_inodes`). Only where sizes are
 //!   enforced: elsewhere there is no project to hold it to, and asking is INVALID_ARGUMENT.
 //! - `rootMode`: the permission bits of the volume's root directory, octal (`0770`, `2775`;
 //!   the default `0777` lets pods of any user write, like an emptyDir). Applied by `chmod` at
@@ -182,11 +183,6 @@ impl Attributes {
 
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
-    }
-
-    /// The hard inode limit for the volume's project; 0: none.
-    pub fn inodes(&self) -> u64 {
-        self.inode_limit.unwrap_or(0)
     }
 
     /// As the CO gave them, for ValidateVolumeCapabilities and log lines.

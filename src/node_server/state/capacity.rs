@@ -1,9 +1,11 @@
 //! Capacity: choosing a volume's size from a CSI range, and how much
 //! is left to provision.
 //!
-//! Volumes are directories on one filesystem, so sizes are accounted, not enforced. With
-//! `--capacity` the sizes of all volumes must fit in it; without it, each new volume must fit
-//! in the free space of the filesystem at the time it is created.
+//! Volumes are directories on one filesystem. With `--capacity` the sizes of all volumes must
+//! fit in it. Without it, sizes are reserved in the filesystem's free space: what is free for a
+//! new volume is the free space less what existing volumes were promised and have not written
+//! yet (their size less their usage). `--overcommit` drops the reservation: each new volume
+//! then only has to fit in the free space at the time it is created.
 
 use std::path::Path;
 
@@ -38,11 +40,42 @@ pub fn satisfies(size: u64, required: u64, limit: u64) -> bool {
     size >= required && (limit == 0 || size <= limit)
 }
 
-/// Bytes still available for new volumes.
-pub fn available(total: Option<u64>, allocated: u64, data_dir: &Path) -> std::io::Result<u64> {
+/// Bytes per inode of the default inode limit: ext4's default `bytes-per-inode` (mke2fs.conf's
+/// `inode_ratio`), so volumes whose sizes fit in a default ext4 get no more inodes together
+/// than it has.
+pub const BYTES_PER_INODE: u64 = 16 << 10;
+
+/// The least default inode limit, so a small volume still holds a working set of files.
+pub const MIN_INODES: u64 = 1024;
+
+/// The inode limit of a volume of `size` bytes without an `inodeLimit`: one per
+/// [`BYTES_PER_INODE`], at least [`MIN_INODES`].
+pub fn default_inodes(size: u64) -> u64 {
+    (size / BYTES_PER_INODE).max(MIN_INODES)
+}
+
+/// The inode limit a volume's project holds: its `inodeLimit` (0: none), else the default.
+pub fn inode_limit(inode_limit: Option<u64>, size: u64) -> u64 {
+    inode_limit.unwrap_or_else(|| default_inodes(size))
+}
+
+/// Bytes a volume of `size` may still write, having `used`: what the filesystem must keep free
+/// for it.
+pub fn promised(size: u64, used: u64) -> u64 {
+    size.saturating_sub(used)
+}
+
+/// Bytes still available for new volumes: `--capacity` less everything `allocated`, or else
+/// the filesystem's free space less what is `promised` (0 when overcommitting).
+pub fn available(
+    total: Option<u64>,
+    allocated: u64,
+    promised: u64,
+    data_dir: &Path,
+) -> std::io::Result<u64> {
     match total {
         Some(total) => Ok(total.saturating_sub(allocated)),
-        None => free_bytes(data_dir),
+        None => Ok(free_bytes(data_dir)?.saturating_sub(promised)),
     }
 }
 
@@ -96,8 +129,32 @@ mod tests {
 
     #[test]
     fn a_configured_total_is_reduced_by_what_is_allocated() {
-        assert_eq!(available(Some(100), 30, Path::new("/")).unwrap(), 70);
-        assert_eq!(available(Some(100), 300, Path::new("/")).unwrap(), 0);
-        assert!(available(None, 0, Path::new("/")).is_ok());
+        assert_eq!(available(Some(100), 30, 0, Path::new("/")).unwrap(), 70);
+        assert_eq!(available(Some(100), 300, 0, Path::new("/")).unwrap(), 0);
+        assert!(available(None, 0, 0, Path::new("/")).is_ok());
+    }
+
+    #[test]
+    fn the_free_space_is_reduced_by_what_volumes_were_promised() {
+        let free = free_bytes(Path::new("/")).unwrap();
+        assert_eq!(available(None, 0, 10, Path::new("/")).unwrap(), free - 10);
+        assert_eq!(available(None, 0, u64::MAX, Path::new("/")).unwrap(), 0);
+        assert_eq!(promised(100, 30), 70);
+        assert_eq!(
+            promised(100, 300),
+            0,
+            "a volume past its size promises nothing"
+        );
+    }
+
+    #[test]
+    fn the_default_inode_limit_is_one_per_16_kib_and_never_below_the_floor() {
+        assert_eq!(default_inodes(1 << 30), 65536);
+        assert_eq!(default_inodes(10 << 30), 655360);
+        assert_eq!(default_inodes(8 << 20), MIN_INODES, "8 MiB would be 512");
+        assert_eq!(default_inodes(0), MIN_INODES);
+        assert_eq!(inode_limit(None, 1 << 30), 65536);
+        assert_eq!(inode_limit(Some(0), 1 << 30), 0, "inodeLimit 0: no limit");
+        assert_eq!(inode_limit(Some(7), 1 << 30), 7);
     }
 }

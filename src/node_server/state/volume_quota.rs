@@ -261,11 +261,14 @@ impl VolumeQuotas {
 }
 
 /// A volume's limits: its capacity in bytes (at least one byte, as 0 would mean no limit),
-/// and its `inodeLimit` (none unless one was set).
+/// and its `inodeLimit`, else the default inode limit for its size.
 fn limits(record: &Record) -> Limits {
     Limits {
         bytes: record.capacity.max(1),
-        inodes: record.attributes.inodes(),
+        inodes: crate::node_server::state::capacity::inode_limit(
+            record.attributes.inode_limit,
+            record.capacity,
+        ),
     }
 }
 

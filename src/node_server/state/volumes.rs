@@ -29,6 +29,8 @@ pub enum VolumeError {
     NotFound { id: String },
     #[error("{asked} bytes asked for, {available} available")]
     NoSpace { asked: u64, available: u64 },
+    #[error("{asked} inodes needed, the filesystem has {available} free")]
+    NoInodes { asked: u64, available: u64 },
     #[error("growing by {growth} bytes does not fit: {available} available")]
     NoRoomToGrow { growth: u64, available: u64 },
     /// An inline ephemeral volume asked for what only a provisioned volume does.
@@ -97,6 +99,8 @@ pub struct Volumes {
     store: Store,
     /// `--capacity`; `None` means "the free space of the filesystem".
     total: Option<u64>,
+    /// `--overcommit`: without `--capacity`, sizes are not reserved in the free space.
+    overcommit: bool,
     inner: Mutex<Inner>,
     /// Held while a decision spends capacity (create, expand), so two of them cannot both
     /// take the last free bytes.
@@ -150,7 +154,7 @@ impl Volumes {
     /// Opens the volumes of the state directory and loads every record; sizes are accounted,
     /// not enforced.
     pub fn open(state: &StateDir, total: Option<u64>) -> Result<Arc<Self>, VolumeError> {
-        Self::open_with(state, total, VolumeQuotas::off())
+        Self::open_with(state, total, false, VolumeQuotas::off())
     }
 
     /// The directory volume directories are made in, created.
@@ -165,6 +169,7 @@ impl Volumes {
     pub fn open_with(
         state: &StateDir,
         total: Option<u64>,
+        overcommit: bool,
         quotas: VolumeQuotas,
     ) -> Result<Arc<Self>, VolumeError> {
         Self::create_data_dir(state)?;
@@ -181,6 +186,7 @@ impl Volumes {
             state: state.clone(),
             store,
             total,
+            overcommit,
             inner: Mutex::new(Inner {
                 records,
                 busy: HashSet::new(),
@@ -256,18 +262,66 @@ impl Volumes {
         (page, iter.next().map(|r| r.id.clone()))
     }
 
-    /// Bytes still free for new volumes.
+    /// Bytes still free for new volumes. Without `--capacity` (and without `--overcommit`)
+    /// each volume's size less its usage stays promised; a volume whose usage cannot be read
+    /// (sizes only accounted) keeps its whole size promised, so the answer errs low, never high.
     pub fn available(&self) -> Result<u64, VolumeError> {
-        let allocated = {
+        let (allocated, live, reserved) = {
             let inner = self.inner();
-            (inner.records.values())
+            let allocated = (inner.records.values())
                 .fold(0u64, |sum, r| sum.saturating_add(r.capacity))
                 .saturating_add(inner.reserved)
-                .saturating_add(inner.charged)
+                .saturating_add(inner.charged);
+            let live: Vec<Record> = if self.total.is_none() && !self.overcommit {
+                inner
+                    .records
+                    .values()
+                    .filter(|r| !r.deleting)
+                    .cloned()
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (allocated, live, inner.reserved)
         };
+        let promised = live
+            .iter()
+            .fold(reserved, |sum, r| sum.saturating_add(self.promised(r)));
+        let promised = if self.overcommit { 0 } else { promised };
         let data_dir = self.state.volume_data();
-        capacity::available(self.total, allocated, data_dir)
+        capacity::available(self.total, allocated, promised, data_dir)
             .map_err(io("measure free space of", data_dir))
+    }
+
+    /// What a volume may still write: its size less its project's usage where that is read.
+    fn promised(&self, record: &Record) -> u64 {
+        let used = match self.quotas.hold(record) {
+            Ok(Hold::Enforced { usage, .. }) => usage.bytes,
+            _ => 0,
+        };
+        capacity::promised(record.capacity, used)
+    }
+
+    /// Refuses a new filesystem volume when the filesystem has fewer free inodes than its
+    /// inode limit asks for (any free one, with `--overcommit` or without a limit).
+    /// Filesystems that report no inode count (btrfs, ramfs) are not checked.
+    fn check_inodes(&self, record: &Record) -> Result<(), VolumeError> {
+        if record.block {
+            return Ok(());
+        }
+        let data_dir = self.state.volume_data();
+        let stat = nix::sys::statvfs::statvfs(data_dir)
+            .map_err(|e| io("measure free inodes of", data_dir)(e.into()))?;
+        if stat.files() == 0 {
+            return Ok(());
+        }
+        let limit = capacity::inode_limit(record.attributes.inode_limit, record.capacity);
+        let asked = if self.overcommit { 1 } else { limit.max(1) };
+        let available = stat.files_available();
+        if available < asked {
+            return Err(VolumeError::NoInodes { asked, available });
+        }
+        Ok(())
     }
 
     /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
@@ -309,6 +363,7 @@ impl Volumes {
                 }
                 .into());
             }
+            self.check_inodes(&record)?;
             // A block volume's file cannot outgrow its size: it needs no project.
             if !record.block {
                 record.project_id = self.quotas.allocate().map_err(VolumeError::from)?;

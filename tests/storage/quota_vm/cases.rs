@@ -48,6 +48,7 @@ const GENERIC: &[(&str, Case)] = cases![
     an_ephemeral_inline_volume_with_a_size_is_held_to_it,
     node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_why,
     node_server_holds_a_volume_to_its_inode_limit_and_modify_volume_changes_it_live,
+    node_server_bounds_a_volumes_inodes_by_default_from_its_size,
     measure_create_and_delete_through_grpc_quotad_against_plain,
     restores_and_clones_get_a_project_of_their_own_and_are_held_to_their_size,
     root_without_cap_sys_resource_on_its_thread_stops_at_the_limit,

@@ -97,3 +97,60 @@ pub fn node_server_holds_a_volume_to_its_inode_limit_and_modify_volume_changes_i
         remove(&mut csi, &id, &pod).await;
     });
 }
+
+/// Without an `inodeLimit`, a volume is held to one inode per 16 KiB of its size, at least
+/// 1024: a pod making empty files stops there, not at the filesystem's last inode, and the
+/// limit grows with an expansion.
+pub fn node_server_bounds_a_volumes_inodes_by_default_from_its_size(kind: FsKind) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let served = Served::start(&fs, "state", &["--quota=on"]);
+    let pod = served.pod("a");
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        let request = csi_node::create_request("pvc-default-inodes", (8 * MIB) as i64);
+        let reply = csi.controller.create_volume(request).await.expect("create");
+        let id = reply.into_inner().volume.unwrap().volume_id;
+        let project = served.recorded_project(&id).expect("a recorded project ID");
+        let limits = q.usage(project).unwrap().limits;
+        assert_eq!(
+            (limits.bytes, limits.inodes),
+            (8 * MIB, 1024),
+            "8 MiB: the floor"
+        );
+        csi.stage_and_publish(&id, &pod.staging, &pod.target, false)
+            .await;
+        // The root and the writer's directory are two of the 1024.
+        let w = create_until_error(&writable_dir(&pod.target, "empty"), 5000, NOBODY);
+        assert_eq!((w.bytes, w.errno), (1022, fs.limit_errno()), "files, errno");
+        let (_, inodes, _) = stats(&mut csi, &id, &pod.target).await;
+        assert_eq!(
+            (inodes.total, inodes.used, inodes.available),
+            (1024, 1024, 0)
+        );
+        figure(
+            kind,
+            format_args!(
+                "node-server volume of 8 MiB without inodeLimit: empty files stopped at 1024 inodes"
+            ),
+        );
+        let expand = ControllerExpandVolumeRequest {
+            volume_id: id.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: (32 * MIB) as i64,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        };
+        csi.controller
+            .controller_expand_volume(expand)
+            .await
+            .expect("expand");
+        assert_eq!(
+            q.usage(project).unwrap().limits.inodes,
+            2048,
+            "32 MiB / 16 KiB"
+        );
+        remove(&mut csi, &id, &pod).await;
+    });
+}

@@ -53,11 +53,16 @@ fn a_zero_size_is_held_to_one_byte_not_left_unlimited() {
 }
 
 #[test]
-fn the_inode_limit_is_the_volumes_inode_limit_attribute_and_none_by_default() {
-    assert_eq!(limits(&record(None)).inodes, 0);
-    let mut limited = record(Some(7));
-    limited.attributes.inode_limit = Some(500);
-    assert_eq!(limits(&limited).inodes, 500);
+fn the_inode_limit_is_the_volumes_inode_limit_attribute_and_one_per_16_kib_by_default() {
+    use crate::node_server::state::capacity::MIN_INODES;
+    assert_eq!(limits(&record(None)).inodes, MIN_INODES);
+    let mut big = record(Some(7));
+    big.capacity = 1 << 30;
+    assert_eq!(limits(&big).inodes, 65536, "1 GiB / 16 KiB");
+    big.attributes.inode_limit = Some(500);
+    assert_eq!(limits(&big).inodes, 500);
+    big.attributes.inode_limit = Some(0);
+    assert_eq!(limits(&big).inodes, 0, "inodeLimit 0 asks for no limit");
 }
 
 use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
@@ -96,7 +101,7 @@ fn start_up_puts_every_recorded_volume_back_under_its_limit_and_never_reuses_its
                 first,
                 Limits {
                     bytes: 10,
-                    inodes: 0
+                    inodes: crate::node_server::state::capacity::MIN_INODES
                 }
             ),
             Call::Assign(
@@ -104,7 +109,7 @@ fn start_up_puts_every_recorded_volume_back_under_its_limit_and_never_reuses_its
                 first + 1,
                 Limits {
                     bytes: 20,
-                    inodes: 0
+                    inodes: crate::node_server::state::capacity::MIN_INODES
                 }
             ),
         ]
@@ -168,7 +173,7 @@ fn a_deleted_volumes_limits_are_cleared_and_its_id_is_free_for_the_next() {
                 id,
                 Limits {
                     bytes: 4096,
-                    inodes: 0
+                    inodes: crate::node_server::state::capacity::MIN_INODES
                 }
             ),
             Call::Release(None, id),
