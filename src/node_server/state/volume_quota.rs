@@ -18,7 +18,19 @@ use crate::linux::quota::{
     self, Decision, Limits, Mode, PROJECT_IDS, ProjectIds, ProjectQuotas, QuotaError, QuotaFs,
 };
 use crate::node_server::state::store::Record;
-use crate::node_server::state::volumes::VolumeError;
+
+/// A new size or limit for a volume whose project quota this node does not manage now: the
+/// filesystem would keep holding it to the old one.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "volume {id} is held by project quota {project_id}, which stays at its old limit: {reason}; \
+     start node-server with sizes enforced to change it"
+)]
+pub struct LimitKept {
+    pub id: String,
+    pub project_id: u32,
+    pub reason: String,
+}
 
 pub use crate::linux::quota::Usage;
 
@@ -168,9 +180,9 @@ impl VolumeQuotas {
     /// Refuses a change of a volume's limits that could not be made: one it has a project
     /// quota for, on a node that does not enforce sizes now (`--quota=off`, or quotas gone from
     /// the filesystem), keeps its old limit in the filesystem, so a new size would be a lie.
-    pub fn check_changeable(&self, record: &Record) -> Result<(), VolumeError> {
+    pub fn check_changeable(&self, record: &Record) -> Result<(), LimitKept> {
         match (self, record.project_id) {
-            (Self::AccountOnly { reason }, Some(project_id)) => Err(VolumeError::LimitKept {
+            (Self::AccountOnly { reason }, Some(project_id)) => Err(LimitKept {
                 id: record.id.clone(),
                 project_id,
                 reason: reason.clone(),

@@ -17,7 +17,7 @@ use crate::node_server::state::capacity;
 use crate::node_server::state::layout::StateDir;
 pub use crate::node_server::state::store::{ContentSource, Record};
 use crate::node_server::state::store::{Store, StoreError, sync_dir};
-use crate::node_server::state::volume_quota::{Hold, VolumeQuotas};
+use crate::node_server::state::volume_quota::{Hold, LimitKept, VolumeQuotas};
 
 /// What can go wrong with the volumes themselves; each variant names the volume, the sizes or
 /// the path involved.
@@ -61,17 +61,8 @@ pub enum VolumeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Quota(#[from] QuotaError),
-    /// A new size or limit for a volume whose project quota this node does not manage now:
-    /// the filesystem would keep holding it to the old one.
-    #[error(
-        "volume {id} is held by project quota {project_id}, which stays at its old limit: {reason}; \
-         start node-server with sizes enforced to change it"
-    )]
-    LimitKept {
-        id: String,
-        project_id: u32,
-        reason: String,
-    },
+    #[error(transparent)]
+    LimitKept(#[from] LimitKept),
 }
 
 /// `map_err(io("remove", path))`: an I/O error with its operation and path.
