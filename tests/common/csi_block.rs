@@ -88,6 +88,15 @@ pub fn devices(state: &Path, id: &str) -> (Vec<LoopDevice>, Vec<LoopDevice>) {
     )
 }
 
+/// Whether `device` is no longer bound to volume `id`'s image: unbound, or (the tests run in
+/// parallel and the kernel hands a freed number to the next attach) bound to another file.
+pub fn let_go(device: LoopDevice, state: &Path, id: &str) -> bool {
+    let ours = loopdev::Identity::of(&image(state, id)).expect("the image's identity");
+    loopdev::status(device)
+        .expect("status of the device")
+        .is_none_or(|status| status.backing != ours)
+}
+
 /// Writes through the device node at `path` and makes it durable.
 pub fn write_at(path: &Path, at: u64, data: &[u8]) -> std::io::Result<()> {
     let dev = std::fs::OpenOptions::new().write(true).open(path)?;

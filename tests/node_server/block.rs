@@ -110,7 +110,7 @@ async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_
         unstaged.await.expect("unstage");
     }
     assert_eq!(devices(&state, &id), (vec![], vec![]), "detached");
-    assert_eq!(loopdev::status(rw[0]).unwrap(), None);
+    assert!(let_go(rw[0], &state, &id), "the device was detached");
     csi.controller
         .delete_volume(delete_request(&id))
         .await
@@ -180,7 +180,10 @@ async fn a_read_only_publish_gets_a_read_only_device_of_its_own_detached_with_it
         (rw.clone(), vec![]),
         "the read-only device went with it"
     );
-    assert_eq!(loopdev::status(ro[0]).unwrap(), None);
+    assert!(
+        let_go(ro[0], &state, &id),
+        "the read-only device was detached"
+    );
     csi.detach_block(&id, &staging, &rw_target).await;
     assert_eq!(devices(&state, &id), (vec![], vec![]));
     server.stop().await;
