@@ -228,11 +228,22 @@ pub fn writer_main() {
             }
         }
     } else {
-        let mut out = std::fs::OpenOptions::new()
+        // Creating the file is itself charged to the project: when another writer has already
+        // filled the volume, the create is where this one meets the limit.
+        let opened = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&file)
-            .expect("open writer file");
+            .open(&file);
+        let mut out = match opened {
+            Ok(out) => out,
+            Err(e) => {
+                println!(
+                    "quota-vm-writer: wrote=0 errno={} capeff={cap_eff}",
+                    errno_of(e)
+                );
+                return;
+            }
+        };
         let chunk = vec![0xa5u8; 64 << 10];
         while wrote < cap {
             match out.write(&chunk) {
