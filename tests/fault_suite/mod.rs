@@ -8,9 +8,14 @@
 
 mod access_modes;
 mod clients;
+mod copies;
+mod deletes;
+mod doctor;
 mod flags;
 mod own_paths;
+mod private_state;
 mod processes;
+mod registrar_surge;
 mod registration;
 mod restarts;
 mod snapshot_requests;

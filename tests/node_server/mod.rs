@@ -19,7 +19,8 @@ mod mount_table;
 mod node_errors;
 mod oversize_requests;
 mod own_paths;
-mod private_state;
+// `fault_suite::private_state` starts node-server the same way and checks the same modes.
+pub(crate) mod private_state;
 mod quota_modes;
 mod reservation;
 mod sanity;

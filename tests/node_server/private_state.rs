@@ -12,7 +12,7 @@ use crate::common::csi_node;
 use crate::common::{self, KillOnDrop, spawn, wait_until};
 
 /// node-server with umask 000, its socket in a directory it has to create.
-fn node_server_with_umask_000(socket: &Path, state: &Path) -> KillOnDrop {
+pub(crate) fn node_server_with_umask_000(socket: &Path, state: &Path) -> KillOnDrop {
     let mut command = Command::new(common::binary());
     command
         .arg("node-server")
@@ -31,7 +31,7 @@ fn node_server_with_umask_000(socket: &Path, state: &Path) -> KillOnDrop {
 
 /// Every path under `state` with its mode, not entering volumes' and snapshots' own trees
 /// (theirs are the pods' files): the volume and snapshot roots themselves are listed.
-fn modes(state: &Path) -> BTreeMap<PathBuf, u32> {
+pub(crate) fn modes(state: &Path) -> BTreeMap<PathBuf, u32> {
     let mut found = BTreeMap::new();
     let mut todo = vec![state.to_owned()];
     while let Some(dir) = todo.pop() {
@@ -50,7 +50,7 @@ fn modes(state: &Path) -> BTreeMap<PathBuf, u32> {
 }
 
 /// Whether `script` succeeds run by `sh` as uid and gid 65534.
-fn nobody_can(script: &str) -> bool {
+pub(crate) fn nobody_can(script: &str) -> bool {
     Command::new("/bin/sh")
         .args(["-c", script])
         .uid(65534)

@@ -12,7 +12,7 @@ const COPIES: usize = 300;
 const NAMES: usize = 24;
 
 /// Turns `dir/<name>` into a symlink, a fifo, a file and a directory in turn, until `stop`.
-fn churn(dir: &Path, names: std::ops::Range<usize>, stop: &AtomicBool) {
+pub(crate) fn churn(dir: &Path, names: std::ops::Range<usize>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         for i in names.clone() {
             let path = dir.join(format!("churn-{i}"));

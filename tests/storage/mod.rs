@@ -1,7 +1,8 @@
 //! The Linux layer under `node-server`, on real filesystems and devices: the copy engine
 //! behind snapshots, loop devices, and project quotas under a real kernel (`quota_vm`).
 
-mod copy_churn;
+// `fault_suite::copies` churns a volume the same way under the real binary.
+pub(crate) mod copy_churn;
 mod copy_safety;
 mod copy_tree;
 mod loop_device_safety;

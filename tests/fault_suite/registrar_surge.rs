@@ -1,0 +1,77 @@
+//! Ten registrar generations rolled with surge, as real processes: each next one starts while
+//! the one before serves the registration socket, stands by without touching it, and takes
+//! over when the old one exits (SIGTERM, as a pod stops; or SIGKILL, which leaves its socket
+//! behind); the old one's exit never removes the new one's socket.
+
+use std::time::{Duration, Instant};
+
+use super::processes::{self, BACK_WITHIN, DRIVER, Node};
+use super::tally::Tally;
+use crate::common::{self, free_local_address, spawn, wait_exit, wait_until};
+use csi_nodekit::socket::identity_of;
+use nix::sys::signal::Signal;
+
+const GENERATIONS: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_surge_generations_of_the_registrar_hand_over_and_keep_each_others_sockets() {
+    let node = Node::new();
+    let _driver = node.node_server().await.expect("node-server");
+    let mut serving = node
+        .registrar(&free_local_address())
+        .await
+        .expect("the first generation registers");
+    let mut tally = Tally::new("registrar surge rollout, 10 generations");
+    let mut hand_overs: Vec<(Signal, Duration)> = Vec::new();
+    for generation in 0..GENERATIONS {
+        let old_socket = identity_of(&node.reg_socket());
+        let next = spawn(
+            node.registrar_command(&free_local_address()).arg("--v=2"),
+            "registrar",
+        );
+        let stands_by = wait_until(BACK_WITHIN, || next.stderr().contains("standing by")).await;
+        let untouched = identity_of(&node.reg_socket()) == old_socket
+            && processes::get_info(&node.reg_socket()).await.as_deref() == Some(DRIVER);
+
+        // Every other generation dies without its clean-up, leaving its socket behind.
+        let signal = [Signal::SIGTERM, Signal::SIGKILL][generation % 2];
+        common::send_signal(&serving.0, signal);
+        let exited = Instant::now();
+        wait_exit(&mut serving.0, BACK_WITHIN);
+        let took_over = wait_until(BACK_WITHIN, || {
+            identity_of(&node.reg_socket()).is_some_and(|now| Some(now) != old_socket)
+        })
+        .await
+            && processes::registered(&node.reg_socket()).await;
+        let took = exited.elapsed();
+        let new_socket = identity_of(&node.reg_socket());
+        serving = next;
+        // Whatever the old one does on its way out is done once it is reaped: the new socket stays.
+        let kept = new_socket.is_some()
+            && identity_of(&node.reg_socket()) == new_socket
+            && processes::get_info(&node.reg_socket()).await.as_deref() == Some(DRIVER);
+        if took_over {
+            hand_overs.push((signal, took));
+        }
+        tally.check(
+            stands_by && untouched && took_over && kept,
+            format_args!(
+                "generation {generation} ({signal}): stood by {stands_by}, left the live socket \
+                 alone {untouched}, took over {took_over} in {took:?}, kept its socket {kept}"
+            ),
+        );
+    }
+    let slowest = |wanted: Signal| {
+        (hand_overs.iter())
+            .filter(|(signal, _)| *signal == wanted)
+            .map(|(_, took)| took.as_millis())
+            .max()
+            .unwrap_or_default()
+    };
+    tally.note(format_args!(
+        "slowest hand-over: {} ms after a SIGTERM, {} ms after a SIGKILL",
+        slowest(Signal::SIGTERM),
+        slowest(Signal::SIGKILL)
+    ));
+    tally.finish();
+}
