@@ -6,10 +6,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use csi_nodekit::linux::loopdev::{self, LoopDevice};
+use csi_nodekit::node_server::Config;
 use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, BlockVolume};
 use csi_nodekit::proto::csi::*;
 
-use super::csi_node::{Csi, create_request, publish_request, stage_request};
+use super::csi_node::{
+    Csi, CsiServer, DRIVER, MountSandbox, NODE, create_request, publish_request, stage_request,
+    start,
+};
+use super::scratch_fs::{Kind, ScratchFs};
 
 pub const MIB: u64 = 1 << 20;
 
@@ -70,6 +75,43 @@ impl Drop for DetachOnDrop {
             }
         }
     }
+}
+
+/// Where a block test's plugin keeps its state: a scratch filesystem of its own, the guard
+/// that detaches its loop devices, and a mount sandbox for staging paths and targets. The
+/// fields drop in this order: targets unmounted first, then devices detached, the filesystem
+/// last.
+pub struct BlockNode {
+    pub sandbox: MountSandbox,
+    _devices: DetachOnDrop,
+    pub state: PathBuf,
+    pub fs: ScratchFs,
+}
+
+impl BlockNode {
+    pub fn new(kind: Kind) -> Self {
+        let fs = ScratchFs::new(kind);
+        let state = fs.path().join("state");
+        Self {
+            sandbox: MountSandbox::new(),
+            _devices: DetachOnDrop(state.clone()),
+            state,
+            fs,
+        }
+    }
+
+    /// The plugin served in-process on this node's state (again, after a stop: a restart).
+    pub async fn start(&self) -> CsiServer {
+        start(&self.sandbox, Config::new(DRIVER, NODE, &self.state)).await
+    }
+}
+
+/// What a block test begins with: a [`BlockNode`] on `kind`, its plugin served, and a client.
+pub async fn start_block_node(kind: Kind) -> (BlockNode, CsiServer, Csi) {
+    let node = BlockNode::new(kind);
+    let server = node.start().await;
+    let csi = server.client().await;
+    (node, server, csi)
 }
 
 /// A block volume's file.

@@ -9,9 +9,8 @@ use std::path::Path;
 
 use crate::common::csi_block::*;
 use crate::common::csi_node::*;
-use crate::common::scratch_fs::{Kind, ScratchFs};
+use crate::common::scratch_fs::Kind;
 use csi_nodekit::linux::loopdev;
-use csi_nodekit::node_server::Config;
 use csi_nodekit::proto::csi::*;
 use tonic::Code;
 
@@ -48,12 +47,8 @@ async fn stats_total(csi: &mut Csi, id: &str, path: &Path) -> (Vec<VolumeUsage>,
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_node() {
-    let fs = ScratchFs::new(Kind::Ext4);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
-    let mut csi = server.client().await;
+    let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
+    let (state, sandbox) = (&node.state, &node.sandbox);
     let volume = csi.create_block("pvc-block", 8 * MIB).await;
     assert_eq!(volume.capacity_bytes, (8 * MIB) as i64);
     let id = volume.volume_id;
@@ -122,12 +117,8 @@ async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_publish_gets_a_read_only_device_of_its_own_detached_with_its_last_target() {
-    let fs = ScratchFs::new(Kind::Ext4);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
-    let mut csi = server.client().await;
+    let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
+    let (state, sandbox) = (&node.state, &node.sandbox);
     let id = csi.create_block("pvc-ro", 4 * MIB).await.volume_id;
     let staging = sandbox.dir("staging");
     let (rw_target, ro_target) = (
@@ -192,12 +183,9 @@ async fn a_read_only_publish_gets_a_read_only_device_of_its_own_detached_with_it
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_one() {
-    let fs = ScratchFs::new(Kind::Ext4);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let config = || Config::new(DRIVER, NODE, &state);
-    let first = start(&sandbox, config()).await;
+    let node = BlockNode::new(Kind::Ext4);
+    let (state, sandbox) = (&node.state, &node.sandbox);
+    let first = node.start().await;
     let mut csi = first.client().await;
     let id = csi.create_block("pvc-reboot", 4 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
@@ -207,7 +195,7 @@ async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_on
     let (before, _) = devices(&state, &id);
     first.stop().await;
 
-    let second = start(&sandbox, config()).await;
+    let second = node.start().await;
     let mut csi = second.client().await;
     csi.attach_block(&id, &staging, &target, false).await;
     assert_eq!(
@@ -221,7 +209,7 @@ async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_on
     // A reboot: mounts and loop devices are gone, the kubelet's target file is still there.
     nix::mount::umount2(&target, nix::mount::MntFlags::MNT_DETACH).unwrap();
     loopdev::detach(before[0], &image(&state, &id)).unwrap();
-    let third = start(&sandbox, config()).await;
+    let third = node.start().await;
     let mut csi = third.client().await;
     csi.attach_block(&id, &staging, &target, false).await;
     let (after, _) = devices(&state, &id);
@@ -238,12 +226,8 @@ async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_on
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_block_volume_expands_online() {
-    let fs = ScratchFs::new(Kind::Ext4);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
-    let mut csi = server.client().await;
+    let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
+    let (state, sandbox) = (&node.state, &node.sandbox);
     let id = csi.create_block("pvc-grow", 8 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;
@@ -307,12 +291,8 @@ async fn a_published_block_volume_expands_online() {
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_in_use_is_neither_deleted_nor_detached_and_foreign_devices_are_left_alone() {
-    let fs = ScratchFs::new(Kind::Ext4);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
-    let mut csi = server.client().await;
+    let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
+    let (state, sandbox) = (&node.state, &node.sandbox);
     let id = csi.create_block("pvc-busy", 4 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;
@@ -391,12 +371,8 @@ async fn a_device_in_use_is_neither_deleted_nor_detached_and_foreign_devices_are
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_io_is_switched_on_the_attached_device_at_once_and_kept_for_the_next_attach() {
-    let fs = ScratchFs::new(Kind::Ext4);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
-    let mut csi = server.client().await;
+    let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
+    let (state, sandbox) = (&node.state, &node.sandbox);
     let id = csi.create_block("pvc-dio", 4 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;

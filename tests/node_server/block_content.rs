@@ -8,8 +8,7 @@ use std::collections::HashMap;
 use crate::common::csi_block::*;
 use crate::common::csi_node::*;
 use crate::common::csi_snapshots::*;
-use crate::common::scratch_fs::{Kind, ScratchFs};
-use csi_nodekit::node_server::Config;
+use crate::common::scratch_fs::Kind;
 use csi_nodekit::proto::csi::*;
 use tonic::Code;
 
@@ -23,12 +22,8 @@ fn checksum(path: &std::path::Path) -> u64 {
 #[ignore = "needs root: real loop devices, XFS and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_restores_and_clones_of_a_staged_block_volume_carry_what_its_device_wrote() {
-    let fs = ScratchFs::new(Kind::Xfs);
-    let state = fs.path().join("state");
-    let _devices = DetachOnDrop(state.clone());
-    let sandbox = MountSandbox::new();
-    let server = start(&sandbox, Config::new(DRIVER, NODE, &state)).await;
-    let mut csi = server.client().await;
+    let (node, server, mut csi) = start_block_node(Kind::Xfs).await;
+    let (state, sandbox) = (&node.state, &node.sandbox);
     let id = csi.create_block("pvc-src", 16 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;
@@ -52,7 +47,7 @@ async fn snapshots_restores_and_clones_of_a_staged_block_volume_carry_what_its_d
         "flushed before the copy"
     );
 
-    let free = fs.free_bytes();
+    let free = node.fs.free_bytes();
     let restored = csi
         .create_from(CreateVolumeRequest {
             volume_capabilities: vec![block_cap()],
@@ -67,7 +62,7 @@ async fn snapshots_restores_and_clones_of_a_staged_block_volume_carry_what_its_d
         32 * MIB,
         "grown"
     );
-    let cost = free.saturating_sub(fs.free_bytes());
+    let cost = free.saturating_sub(node.fs.free_bytes());
     assert!(
         cost < MIB,
         "a reflinked restore of 2 MiB of data cost {cost} bytes"
