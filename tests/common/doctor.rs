@@ -123,6 +123,25 @@ pub fn registration(socket: &Path, info: PluginInfo) -> (Served, Arc<Registrar>)
     fake_plugin::registration(socket, Bind::AtPath, info)
 }
 
+/// A live registration socket for `driver` outside `host` (in its own temporary directory),
+/// linked from `host`'s `/var/lib/kubelet/plugins_registry`: what the doctor must never call
+/// through `--host-root`.
+pub fn bait_behind_a_registry_link(
+    host: &Path,
+    driver: &str,
+) -> (tempfile::TempDir, Served, Arc<Registrar>) {
+    let registry = host.join("var/lib/kubelet/plugins_registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let bait = outside.path().join("bait-reg.sock");
+    let (served, registrar) = registration(
+        &bait,
+        super::fake_plugin::csi_plugin(driver, "/csi/csi.sock"),
+    );
+    std::os::unix::fs::symlink(&bait, registry.join(format!("{driver}-reg.sock"))).unwrap();
+    (outside, served, registrar)
+}
+
 /// A socket file nobody listens on (what a SIGKILLed server leaves).
 pub fn stale_socket(path: &Path) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -2,17 +2,13 @@
 //! under it with symlinks, fifos, files and directories: every copy answered OK (never
 //! INTERNAL), every steady file in it, and the entries left out counted in the log.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use super::processes::Node;
 use super::tally::Tally;
 use crate::common::csi_node;
 use crate::common::csi_snapshots::{from_snapshot, from_volume, snapshot_request};
-use crate::storage::copy_churn::churn;
+use crate::storage::copy_churn::Churn;
 
 const COPIES: usize = 20;
-const NAMES: usize = 24;
 const STEADY: usize = 20;
 
 /// The counts the binary logged for entries it left out of its copies.
@@ -33,14 +29,7 @@ async fn snapshots_and_clones_of_a_churning_volume_are_all_answered_ok() {
     for i in 0..STEADY {
         std::fs::write(dir.join(format!("kept-{i}")), b"kept").unwrap();
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let churners: Vec<_> = [0..NAMES / 2, NAMES / 2..NAMES]
-        .into_iter()
-        .map(|names| {
-            let (dir, stop) = (dir.clone(), Arc::clone(&stop));
-            std::thread::spawn(move || churn(&dir, names, &stop))
-        })
-        .collect();
+    let churn = Churn::start(&dir);
     let mut tally = Tally::new("snapshots and clones of a volume under churn");
     let steady =
         |copy: &std::path::Path| (0..STEADY).all(|i| copy.join(format!("kept-{i}")).is_file());
@@ -81,10 +70,7 @@ async fn snapshots_and_clones_of_a_churning_volume_are_all_answered_ok() {
             );
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for churner in churners {
-        churner.join().unwrap();
-    }
+    churn.stop();
     let counted = left_out(&server.stderr());
     tally.note(format_args!(
         "{counted} churning entries left out and logged"

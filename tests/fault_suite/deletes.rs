@@ -16,8 +16,8 @@ use csi_nodekit::proto::csi::ListVolumesRequest;
 
 const TRIES: usize = 3;
 /// Enough files that removing them takes a while: the removal is caught under way.
-const DIRS: usize = 50;
-const FILES_PER_DIR: usize = 100;
+const DIRS: usize = 40;
+const FILES_PER_DIR: usize = 50;
 
 async fn serve(socket: &Path, state: &Path) -> Option<(KillOnDrop, Csi)> {
     let driver = format!("--driver-name={DRIVER}");

@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 
 use super::tally::Tally;
 use crate::common::doctor::{
-    KubeletRoot, base_command, behaviour, command, doctor, empty_proc, fake_driver, registration,
-    stale_socket,
+    KubeletRoot, bait_behind_a_registry_link, base_command, behaviour, command, doctor, empty_proc,
+    fake_driver, registration, stale_socket,
 };
 use crate::common::fake_plugin::{NodeAnswer, csi_plugin};
 
@@ -64,12 +64,7 @@ async fn linked_kubelet_root_is_healthy() -> Result<(), String> {
 /// A registry link to a live registration socket outside `--host-root`.
 async fn link_out_of_host_root_is_not_followed() -> Result<(), String> {
     let host = tempfile::tempdir().unwrap();
-    let registry = host.path().join("var/lib/kubelet/plugins_registry");
-    std::fs::create_dir_all(&registry).unwrap();
-    let outside = tempfile::tempdir().unwrap();
-    let bait = outside.path().join("bait-reg.sock");
-    let (_bait, bait_registrar) = registration(&bait, csi_plugin(D, "/csi/csi.sock"));
-    symlink(&bait, registry.join(format!("{D}-reg.sock"))).unwrap();
+    let (_outside, _bait, bait_registrar) = bait_behind_a_registry_link(host.path(), D);
     let host_root = format!("--host-root={}", host.path().display());
     let out = doctor(Path::new("/var/lib/kubelet"), &[&host_root]).await;
     let named = out.of("registry.not-socket").len() == 1;

@@ -10,27 +10,11 @@ use std::path::{Path, PathBuf};
 use super::processes::BACK_WITHIN;
 use super::tally::Tally;
 use crate::common::{self, csi_node, wait_until};
-use crate::node_server::private_state::{modes, nobody_can, node_server_with_umask_000};
+use crate::node_server::private_state::{loosened, modes, nobody_can, node_server_with_umask_000};
 
 /// What the state directory is before the start: absent, or left at a loose mode.
 const STARTS: [Option<u32>; 4] = [None, Some(0o755), Some(0o775), Some(0o777)];
 const ROUNDS: usize = 2;
-
-/// The state directory and its inner directories at `mode`, as an older node-server made them.
-fn loosened(state: &Path, mode: u32) {
-    for sub in [
-        "",
-        "meta",
-        "volumes",
-        "snapshots",
-        "snapshot-meta",
-        "group-meta",
-    ] {
-        std::fs::create_dir_all(state.join(sub)).unwrap();
-        let loose = std::fs::Permissions::from_mode(mode);
-        std::fs::set_permissions(state.join(sub), loose).unwrap();
-    }
-}
 
 /// The paths under `state` whose mode is not what private state asks (`roots` keep theirs).
 fn wrong_modes(state: &Path, roots: &[PathBuf]) -> Vec<String> {

@@ -48,7 +48,7 @@ async fn stats_total(csi: &mut Csi, id: &str, path: &Path) -> (Vec<VolumeUsage>,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_node() {
     let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let volume = csi.create_block("pvc-block", 8 * MIB).await;
     assert_eq!(volume.capacity_bytes, (8 * MIB) as i64);
     let id = volume.volume_id;
@@ -118,7 +118,7 @@ async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_publish_gets_a_read_only_device_of_its_own_detached_with_its_last_target() {
     let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let id = csi.create_block("pvc-ro", 4 * MIB).await.volume_id;
     let staging = sandbox.dir("staging");
     let (rw_target, ro_target) = (
@@ -184,7 +184,7 @@ async fn a_read_only_publish_gets_a_read_only_device_of_its_own_detached_with_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_one() {
     let node = BlockNode::new(Kind::Ext4);
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let first = node.start().await;
     let mut csi = first.client().await;
     let id = csi.create_block("pvc-reboot", 4 * MIB).await.volume_id;
@@ -227,7 +227,7 @@ async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_block_volume_expands_online() {
     let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let id = csi.create_block("pvc-grow", 8 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;
@@ -292,7 +292,7 @@ async fn a_published_block_volume_expands_online() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_in_use_is_neither_deleted_nor_detached_and_foreign_devices_are_left_alone() {
     let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let id = csi.create_block("pvc-busy", 4 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;
@@ -372,7 +372,7 @@ async fn a_device_in_use_is_neither_deleted_nor_detached_and_foreign_devices_are
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_io_is_switched_on_the_attached_device_at_once_and_kept_for_the_next_attach() {
     let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let id = csi.create_block("pvc-dio", 4 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;

@@ -23,7 +23,7 @@ fn checksum(path: &std::path::Path) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_restores_and_clones_of_a_staged_block_volume_carry_what_its_device_wrote() {
     let (node, server, mut csi) = start_block_node(Kind::Xfs).await;
-    let (state, sandbox) = (&node.state, &node.sandbox);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let id = csi.create_block("pvc-src", 16 * MIB).await.volume_id;
     let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("dev"));
     csi.attach_block(&id, &staging, &target, false).await;

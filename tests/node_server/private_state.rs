@@ -136,22 +136,30 @@ async fn under_umask_000_everything_but_the_volume_roots_is_root_only_and_nobody
     assert!(!nobody_can(&format!("touch {state}/node-server.lock")));
 }
 
+/// The state directory and its inner directories at `mode`, as an older node-server made them.
+pub(crate) fn loosened(state: &Path, mode: u32) {
+    for sub in STATE_DIRS {
+        std::fs::create_dir_all(state.join(sub)).unwrap();
+        let loose = std::fs::Permissions::from_mode(mode);
+        std::fs::set_permissions(state.join(sub), loose).unwrap();
+    }
+}
+
+/// The state directory and the directories node-server keeps inside it.
+const STATE_DIRS: [&str; 6] = [
+    "",
+    "meta",
+    "volumes",
+    "snapshots",
+    "snapshot-meta",
+    "group-meta",
+];
+
 #[test]
 fn a_state_directory_left_0755_by_an_older_node_server_is_tightened_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    for sub in [
-        "",
-        "meta",
-        "volumes",
-        "snapshots",
-        "snapshot-meta",
-        "group-meta",
-    ] {
-        std::fs::create_dir_all(state.join(sub)).unwrap();
-        let loose = std::fs::Permissions::from_mode(0o755);
-        std::fs::set_permissions(state.join(sub), loose).unwrap();
-    }
+    loosened(&state, 0o755);
     let socket = dir.path().join("csi.sock");
     let server = common::spawn_node_server(&socket, &state, &["--node-id=node-a"]);
     let up = common::wait_until_blocking(Duration::from_secs(10), || common::is_socket(&socket));
@@ -163,14 +171,7 @@ fn a_state_directory_left_0755_by_an_older_node_server_is_tightened_with_one_lin
         .collect();
     assert_eq!(lines.len(), 1, "{logs}");
     assert!(lines[0].contains("(0755)"), "{}", lines[0]);
-    for sub in [
-        "",
-        "meta",
-        "volumes",
-        "snapshots",
-        "snapshot-meta",
-        "group-meta",
-    ] {
+    for sub in STATE_DIRS {
         let mode = std::fs::metadata(state.join(sub))
             .unwrap()
             .permissions()

@@ -8,7 +8,9 @@ use crate::common;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::doctor::{KubeletRoot, behaviour, doctor, fake_driver, registration};
+use common::doctor::{
+    KubeletRoot, bait_behind_a_registry_link, behaviour, doctor, fake_driver, registration,
+};
 use common::fake_plugin::{NodeAnswer, csi_plugin};
 
 const D: &str = "x.csi.example.io";
@@ -48,13 +50,8 @@ async fn a_kubelet_root_behind_an_absolute_link_is_healthy_under_host_root() {
 #[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn a_registry_link_pointing_outside_host_root_is_not_followed_there() {
     let host = tempfile::tempdir().unwrap();
-    let registry = host.path().join("var/lib/kubelet/plugins_registry");
-    std::fs::create_dir_all(&registry).unwrap();
     // A live registration socket in the doctor's own filesystem, outside the host root.
-    let outside = tempfile::tempdir().unwrap();
-    let bait = outside.path().join("bait-reg.sock");
-    let (_bait, bait_registrar) = registration(&bait, csi_plugin(D, "/csi/csi.sock"));
-    symlink(&bait, registry.join("x.csi.example.io-reg.sock")).unwrap();
+    let (_outside, _bait, bait_registrar) = bait_behind_a_registry_link(host.path(), D);
     let host_root = format!("--host-root={}", host.path().display());
     let out = doctor(Path::new("/var/lib/kubelet"), &[&host_root]).await;
     assert_eq!(out.code, Some(1), "{:#}", out.report);

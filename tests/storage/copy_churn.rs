@@ -12,7 +12,7 @@ const COPIES: usize = 300;
 const NAMES: usize = 24;
 
 /// Turns `dir/<name>` into a symlink, a fifo, a file and a directory in turn, until `stop`.
-pub(crate) fn churn(dir: &Path, names: std::ops::Range<usize>, stop: &AtomicBool) {
+fn churn(dir: &Path, names: std::ops::Range<usize>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         for i in names.clone() {
             let path = dir.join(format!("churn-{i}"));
@@ -28,6 +28,33 @@ pub(crate) fn churn(dir: &Path, names: std::ops::Range<usize>, stop: &AtomicBool
     }
 }
 
+/// Two threads churning [`NAMES`] names in a directory, until stopped.
+pub(crate) struct Churn {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Churn {
+    pub(crate) fn start(dir: &Path) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = [0..NAMES / 2, NAMES / 2..NAMES]
+            .into_iter()
+            .map(|names| {
+                let (dir, stop) = (dir.to_owned(), Arc::clone(&stop));
+                std::thread::spawn(move || churn(&dir, names, &stop))
+            })
+            .collect();
+        Self { stop, threads }
+    }
+
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads {
+            thread.join().unwrap();
+        }
+    }
+}
+
 #[test]
 fn copies_of_a_churning_tree_all_succeed_and_count_what_they_left_out() {
     let dir = tempfile::tempdir().unwrap();
@@ -36,14 +63,7 @@ fn copies_of_a_churning_tree_all_succeed_and_count_what_they_left_out() {
     for i in 0..20 {
         std::fs::write(src.join(format!("kept-{i}")), b"kept").unwrap();
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let churners: Vec<_> = [0..NAMES / 2, NAMES / 2..NAMES]
-        .into_iter()
-        .map(|names| {
-            let (src, stop) = (src.clone(), Arc::clone(&stop));
-            std::thread::spawn(move || churn(&src, names, &stop))
-        })
-        .collect();
+    let churn = Churn::start(&src);
     let (mut failed, mut left_out) = (Vec::new(), 0);
     for n in 0..COPIES {
         let dst = dir.path().join(format!("copy-{n}"));
@@ -61,10 +81,7 @@ fn copies_of_a_churning_tree_all_succeed_and_count_what_they_left_out() {
             Err(e) => failed.push(format!("copy {n}: {e}")),
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for churner in churners {
-        churner.join().unwrap();
-    }
+    churn.stop();
     println!(
         "{COPIES} copies under churn: {} failed, {left_out} entries left out",
         failed.len()
