@@ -3,7 +3,7 @@
 //! `--state-dir`, published with real bind mounts; snapshots are copies of their trees there.
 //!
 //! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`], and the
-//!   gRPC server with its bounds.
+//!   gRPC server with its bounds; `grace` — the end of the grace period for calls in flight.
 //! - [`grpc`] — the four CSI services, one file each (validate → act → respond) with the table
 //!   that maps their failures to gRPC codes; request checks and the spec's field limits.
 //! - [`driver`] — [`Driver`](driver::Driver), the plugin below the handlers, and its
