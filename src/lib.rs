@@ -29,8 +29,8 @@
 //! - [`csi_spec`] — what the CSI spec fixes: the driver-name rule, size limits, the longest node
 //!   ID. [`quantity`] — Kubernetes byte counts (`10Gi`).
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
-//!   dialling with back-off (`socket/dial.rs`), and gRPC servers that accept any `:authority`
-//!   (`socket/authority.rs`).
+//!   one claim per path among would-be servers (`socket/claim.rs`), dialling with back-off
+//!   (`socket/dial.rs`), and gRPC servers that accept any `:authority` (`socket/authority.rs`).
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics` (`http/conns.rs`:
 //!   bounded connections, the longest-idle one shed at the cap, drained on shutdown), and a
 //!   one-shot GET. [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.

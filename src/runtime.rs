@@ -70,8 +70,18 @@ where
     F: FnOnce(Shutdown) -> Fut,
     Fut: Future<Output = Result<T, BoxError>>,
 {
-    build(threads)?.block_on(async {
+    let runtime = build(threads)?;
+    let served = runtime.block_on(async {
         let shutdown = Shutdown::on_signals()?;
         serve(shutdown).await
-    })
+    });
+    // The server is done, its grace period included. Blocking work still running (a syscall
+    // stuck on a hung filesystem, work whose call the grace period already answered) gets a
+    // moment more and is then left to the exit: dropping the runtime would wait for it for
+    // ever, and the process must stop within the grace period Kubernetes gives it.
+    runtime.shutdown_timeout(LEFTOVER_WORK);
+    served
 }
+
+/// How long blocking work may go on once a server is done (see [`serve`]).
+const LEFTOVER_WORK: std::time::Duration = std::time::Duration::from_secs(1);

@@ -54,6 +54,19 @@ impl Shutdown {
         Ok(shutdown)
     }
 
+    /// A shutdown that begins `delay` after this one does: the end of a grace period.
+    /// Must be called inside a tokio runtime.
+    pub fn later(&self, delay: Duration) -> Shutdown {
+        let (trigger, later) = Self::manual();
+        let begun = self.clone();
+        tokio::spawn(async move {
+            begun.wait().await;
+            tokio::time::sleep(delay).await;
+            trigger.fire();
+        });
+        later
+    }
+
     pub fn is_started(&self) -> bool {
         *self.0.borrow()
     }
@@ -97,6 +110,18 @@ pub async fn run_with_grace<F: Future>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_shutdown_begins_its_delay_after_the_first() {
+        let (trigger, shutdown) = Shutdown::manual();
+        let later = shutdown.later(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!later.is_started(), "not before the first one");
+        trigger.fire();
+        let began = tokio::time::Instant::now();
+        later.wait().await;
+        assert_eq!(began.elapsed(), Duration::from_secs(10));
+    }
 
     #[tokio::test]
     async fn a_fired_trigger_resolves_every_clone() {

@@ -3,7 +3,7 @@
 //! `--state-dir`, published with real bind mounts; snapshots are copies of their trees there.
 //!
 //! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`], and the
-//!   gRPC server with its bounds.
+//!   gRPC server with its bounds; `grace` — the end of the grace period for calls in flight.
 //! - [`grpc`] — the four CSI services, one file each (validate → act → respond) with the table
 //!   that maps their failures to gRPC codes; request checks and the spec's field limits.
 //! - [`driver`] — [`Driver`](driver::Driver), the plugin below the handlers, and its
@@ -21,6 +21,7 @@
 
 pub mod config;
 pub(crate) mod driver;
+mod grace;
 pub mod grpc;
 pub mod state;
 pub mod takeover;
@@ -210,7 +211,7 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         let config = settings.config.clone();
         let open = move || Plugin::open_owned(config, taken.owner);
         let plugin = tokio::task::spawn_blocking(open).await??;
-        let (listener, _guard) = match taken.socket {
+        let (listener, guard) = match taken.socket {
             Some(bound) => {
                 bound.listener.set_nonblocking(true)?;
                 let listener = tokio::net::UnixListener::from_std(bound.listener)?;
@@ -225,12 +226,20 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
             config.node_id,
             settings.endpoint.display()
         );
+        // The socket goes when shutdown begins, as Go's GracefulStop closes its listener: a
+        // client dialling meanwhile fails at once (and retries against the next node-server)
+        // instead of waiting in a backlog nobody accepts from; the calls in flight go on.
+        let withdrawn = shutdown.clone();
+        tokio::spawn(async move {
+            withdrawn.wait().await;
+            drop(guard);
+        });
         serve(listener, plugin, shutdown).await
     })
 }
 
-/// Serves the CSI services on `listener` until `shutdown`, then finishes in-flight calls within
-/// the grace period.
+/// Serves the CSI services on `listener` until `shutdown`, then lets the calls in flight finish
+/// within the grace period; those still running then are answered UNAVAILABLE (`grace`).
 pub async fn serve(
     listener: tokio::net::UnixListener,
     plugin: Plugin,
@@ -243,13 +252,18 @@ pub async fn serve(
     let groups = group_controller::GroupControllerService(Arc::clone(&driver));
     let group = GroupControllerServer::new(groups);
     let controller = ControllerServer::new(controller::ControllerService(driver));
+    let grace = crate::shutdown::GRACE_PERIOD;
+    let cut = grace::CutAtGraceEnd::new(shutdown.later(grace), grace);
     let server = bounded_server()
+        .layer(cut)
         .add_service(identity.max_decoding_message_size(max))
         .add_service(node.max_decoding_message_size(max))
         .add_service(group.max_decoding_message_size(max))
         .add_service(controller.max_decoding_message_size(max))
         .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
-    match crate::shutdown::run_with_grace(server, shutdown, crate::shutdown::GRACE_PERIOD).await {
+    // A moment beyond the grace period for the UNAVAILABLE answers to go out.
+    let answered = grace + std::time::Duration::from_secs(1);
+    match crate::shutdown::run_with_grace(server, shutdown, answered).await {
         Some(result) => result.map_err(Into::into),
         None => Ok(()),
     }

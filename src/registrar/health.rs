@@ -89,8 +89,8 @@ impl Handler {
                 format!("re-creating the registration socket of {driver}: {reason}")
             }
             Phase::StandingBy => format!(
-                "standing by: another process serves the registration socket of {driver}; \
-                 taking over when it is gone"
+                "standing by: another registrar holds or serves the registration socket of \
+                 {driver}; taking over when it is gone"
             ),
         }
     }

@@ -27,8 +27,9 @@ pub enum Phase {
     /// Our socket is gone (deleted, replaced, or could not be created), for this reason; a new
     /// one is on its way.
     Recreating(String),
-    /// Another process serves our registration socket — the previous registrar during a
-    /// surge rollout, which keeps the driver registered — and we take over once it is gone.
+    /// Another registrar holds the claim on our registration socket, or another process
+    /// serves it — the previous registrar during a surge rollout, which keeps the driver
+    /// registered — and we take over once it is gone.
     StandingBy,
 }
 

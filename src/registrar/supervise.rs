@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::proto::csi::identity_client::IdentityClient;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::shutdown::{Shutdown, Trigger};
-use crate::socket::{self, Identity, SocketError, SocketGuard};
+use crate::socket::{self, Claim, Identity, SocketError, SocketGuard};
 
 /// How often the sockets are looked at while ours is up: a deleted registration socket is back
 /// within this. Two `lstat`s every half second cost nothing and, unlike inotify, see through
@@ -93,12 +93,22 @@ impl Served {
     }
 
     /// Removes the socket first (if it is still ours), so nobody dials a server that no longer
-    /// accepts, then lets the server finish its calls for a moment.
-    async fn stop(self) {
+    /// accepts, and tells the server to stop; [`Draining::finish`] lets it finish its calls.
+    fn withdraw(self) -> Draining {
         drop(self.guard);
         self.stop.fire();
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(STOP_GRACE, self.task).await.is_err() {
+        Draining(self.task)
+    }
+}
+
+/// A registration server told to stop, finishing the calls in flight.
+struct Draining(tokio::task::JoinHandle<Result<(), tonic::transport::Error>>);
+
+impl Draining {
+    /// Waits for the calls in flight for a moment, then drops them.
+    async fn finish(self) {
+        let abort = self.0.abort_handle();
+        if tokio::time::timeout(STOP_GRACE, self.0).await.is_err() {
             abort.abort();
         }
     }
@@ -126,6 +136,9 @@ pub struct Supervisor {
     /// is a configuration error (as upstream treats it); after, it is someone's file that we
     /// must not touch, so we wait it out.
     served_once: bool,
+    /// The registration socket we serve (or are about to) and our claim on it: only its holder
+    /// looks at, unlinks or binds the path. No claim where the filesystem takes no locks.
+    claim: Option<(PathBuf, Option<Claim>)>,
 }
 
 impl Supervisor {
@@ -145,6 +158,7 @@ impl Supervisor {
             verdicts,
             generation: 0,
             served_once: false,
+            claim: None,
         }
     }
 
@@ -155,7 +169,23 @@ impl Supervisor {
             let Some(driver) = self.learn_driver().await? else {
                 return Ok(());
             };
-            match self.keep_registered(&driver).await? {
+            let path = crate::plugin_registry::socket_path(
+                &self.settings.plugin_registration_path,
+                &driver.name,
+            );
+            if self.claim.as_ref().map(|(claimed, _)| claimed) != Some(&path) {
+                self.claim = None; // a renamed driver's old path is free for others
+                let Some(claim) = self.claim(&path, &driver).await else {
+                    return Ok(());
+                };
+                self.claim = Some((path.clone(), claim));
+                // The driver restarted while we waited (a rollout of both): ask it again
+                // before the kubelet is sent to it, keeping the claim.
+                if socket::identity_of(&self.settings.csi_address) != driver.socket {
+                    continue;
+                }
+            }
+            match self.keep_registered(&driver, &path).await? {
                 Next::AskDriver => continue,
                 Next::Shutdown | Next::Recreate(_) => return Ok(()),
             }
@@ -225,13 +255,78 @@ impl Supervisor {
         }
     }
 
-    /// Serves registration sockets for `driver`, one generation after another, until shutdown
-    /// or until the driver restarts.
-    async fn keep_registered(&mut self, driver: &Driver) -> Result<Next, GiveUp> {
-        let path = crate::plugin_registry::socket_path(
-            &self.settings.plugin_registration_path,
-            &driver.name,
-        );
+    /// Takes the claim on the registration socket `path` (see [`socket::claim`]), standing by
+    /// while another registrar holds it: in a surge rollout the previous one, which keeps the
+    /// driver registered until its pod stops; with an operator's extra copy, whichever came
+    /// first. The kernel wakes us the moment the holder exits, however it exits. `None` on
+    /// shutdown; `Some(None)` where the filesystem takes no locks (we then go on without, as
+    /// before claims: the live-socket check alone keeps us off a served socket).
+    async fn claim(&mut self, path: &Path, driver: &Driver) -> Option<Option<Claim>> {
+        let mut backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
+        loop {
+            let held = match Claim::try_take(path) {
+                Ok(Ok(claim)) => return Some(Some(claim)),
+                Ok(Err(held)) => held,
+                Err(e) if socket::claim::unsupported(&e) => {
+                    log::warn!("{e}: serving the registration socket without a claim on it");
+                    return Some(None);
+                }
+                Err(e) => {
+                    let pause = backoff.next_delay();
+                    log::error!("cannot claim the registration socket: {e}; retrying in {pause:?}");
+                    self.tracker.record_error(&e.to_string());
+                    self.tracker.set_phase(Phase::Recreating(e.to_string()));
+                    if !sleep_or_stop(pause, &self.shutdown).await {
+                        return None;
+                    }
+                    continue;
+                }
+            };
+            log::info!(
+                "registration socket {} of driver {} is held by another registrar ({}); \
+                 standing by until it exits",
+                path.display(),
+                driver.name,
+                held.holder
+            );
+            self.tracker.set_phase(Phase::StandingBy);
+            let since = Instant::now();
+            let waiting = match Claim::wait_on_thread(path) {
+                Ok(waiting) => waiting,
+                Err(e) => {
+                    log::error!("cannot start waiting for the registration socket: {e}");
+                    if !sleep_or_stop(backoff.next_delay(), &self.shutdown).await {
+                        return None;
+                    }
+                    continue;
+                }
+            };
+            let taken = tokio::select! {
+                biased;
+                () = self.shutdown.clone().wait() => return None,
+                taken = waiting => taken,
+            };
+            match taken {
+                Ok(Ok(claim)) => {
+                    log::info!(
+                        "took over registration socket {} after standing by {} ms",
+                        path.display(),
+                        since.elapsed().as_millis()
+                    );
+                    return Some(Some(claim));
+                }
+                Ok(Err(e)) => log::error!("waiting for the registration socket: {e}"),
+                Err(_) => log::error!("the registration socket's lock waiter is gone"),
+            }
+            if !sleep_or_stop(backoff.next_delay(), &self.shutdown).await {
+                return None;
+            }
+        }
+    }
+
+    /// Serves registration sockets for `driver` at `path` (holding its claim), one generation
+    /// after another, until shutdown or until the driver restarts.
+    async fn keep_registered(&mut self, driver: &Driver, path: &Path) -> Result<Next, GiveUp> {
         log::info!(
             "driver {} found at {}; registering through {}",
             driver.name,
@@ -250,12 +345,12 @@ impl Supervisor {
                 generation: self.generation,
                 verdicts: self.verdict_tx.clone(),
             };
-            let served = match Served::start(&self.settings, &path, service) {
+            let served = match Served::start(&self.settings, path, service) {
                 Ok(served) => served,
                 Err(e @ SocketError::NotASocket { .. }) if !self.served_once => {
                     return Err(e.into());
                 }
-                Err(SocketError::InUse(_)) => match self.stand_by(&path, driver).await {
+                Err(SocketError::InUse(_)) => match self.stand_by(path, driver).await {
                     Some(next) => return Ok(next),
                     None => continue,
                 },
@@ -274,9 +369,15 @@ impl Supervisor {
             };
             self.served_once = true;
             bind_backoff.reset();
-            self.tracker.socket_created(&driver.name, &path);
+            self.tracker.socket_created(&driver.name, path);
             let next = self.watch(&served, driver, &mut reject_backoff).await;
-            served.stop().await;
+            let draining = served.withdraw();
+            if matches!(next, Next::Shutdown) {
+                // Our socket is gone: the next registrar may bind at once, while our calls in
+                // flight finish on the unlinked one.
+                self.claim = None;
+            }
+            draining.finish().await;
             match next {
                 Next::Recreate(pause) if sleep_or_stop(pause, &self.shutdown).await => {}
                 Next::Recreate(_) => return Ok(Next::Shutdown),
@@ -285,8 +386,8 @@ impl Supervisor {
         }
     }
 
-    /// Waits while another process serves our registration socket: in a surge rollout that
-    /// is the previous registrar, which keeps the driver registered until its pod stops. Its
+    /// Waits, holding the claim, while a process that takes no claim serves our registration
+    /// socket: a previous registrar of an older version, or upstream's, in a surge rollout. Its
     /// exit removes the socket, and the directory watch wakes us at once (no back-off: every
     /// moment between its exit and our socket is a moment the driver is unregistered).
     /// `None`: the path is free, bind now. If the driver socket changed meanwhile (the new

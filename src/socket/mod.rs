@@ -1,6 +1,7 @@
 //! The one socket layer every mode uses: address parsing, binding with stale-socket cleanup and
-//! permissions, a guard that removes only our own socket, dialling with back-off, and gRPC
-//! serving that accepts any `:authority` (`authority`).
+//! permissions, a guard that removes only our own socket, a claim that lets one of several
+//! would-be servers of a path bind it (`claim`), dialling with back-off, and gRPC serving that
+//! accepts any `:authority` (`authority`).
 //!
 //! Binding is careful because the paths are shared with other processes (the kubelet, a
 //! previous instance of ourselves, an operator's files): a live socket is never stolen, a file
@@ -13,9 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 mod authority;
+pub mod claim;
 mod dial;
 mod watch;
 pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, frame, grpc_incoming};
+pub use claim::Claim;
 pub use dial::{DialError, connect, dial};
 pub use watch::DirWatch;
 
@@ -171,6 +174,16 @@ fn move_into_place(staged: &Path, path: &Path) -> Result<(), SocketError> {
     Err(SocketError::InUse(path.to_owned()))
 }
 
+/// Creates the directory `path` goes in (if missing) and returns it: 0755 whatever the umask,
+/// since a world-writable parent would let anyone replace the socket.
+fn create_parent(path: &Path) -> Result<&Path, SocketError> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
+        .create(parent)
+        .map_err(io_err("create directory", parent))?;
+    Ok(parent)
+}
+
 /// Binds a listening socket at `path` with the given permissions.
 ///
 /// The socket is bound under a hidden temporary name in the same directory, given its mode and
@@ -182,11 +195,7 @@ pub fn bind(
     perms: Permissions,
 ) -> Result<(std::os::unix::net::UnixListener, SocketGuard), SocketError> {
     check_length(path)?;
-    let parent = path.parent().unwrap_or(Path::new("/"));
-    // 0755 whatever the umask: a world-writable parent would let anyone replace the socket.
-    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
-        .create(parent)
-        .map_err(io_err("create directory", parent))?;
+    let parent = create_parent(path)?;
     clear_path(path)?;
     let file_name = path
         .file_name()

@@ -231,6 +231,7 @@ pub mod doctor;
 pub mod fake_api;
 pub mod fake_driver;
 pub mod fake_plugin;
+pub mod held_call;
 pub mod kubelet;
 pub mod logs;
 pub mod raw_h2;

@@ -36,10 +36,21 @@ async fn registrar_metrics(http: &str) -> String {
 async fn a_healthy_node_with_our_node_server_and_registrar_reports_no_problem() {
     let node = KubeletRoot::new();
     let (_server, _registrar, _) = our_plugin(&node, DRIVER).await;
+    let lock = node.registry().join(format!("{DRIVER}-reg.sock.lock"));
+    assert!(lock.is_file(), "the registrar holds its claim in {lock:?}");
     let out = doctor(&node.root, &[]).await;
     assert_eq!(out.code, Some(0), "{:#}\n{}", out.report, out.stderr);
     assert_eq!(out.report["summary"]["errors"], 0);
     assert_eq!(out.report["summary"]["warnings"], 0, "{:#}", out.report);
+    let about_the_lock: Vec<_> = out
+        .findings()
+        .into_iter()
+        .filter(|(_, _, saw)| saw.contains(".lock"))
+        .collect();
+    assert!(
+        about_the_lock.is_empty(),
+        "the registrar's own lock file is no finding: {about_the_lock:?}"
+    );
     let plugin = out.plugin(&node.reg_socket(DRIVER));
     assert_eq!(plugin["driver"], DRIVER);
     assert_eq!(plugin["healthy"], true);

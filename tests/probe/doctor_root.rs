@@ -175,7 +175,8 @@ async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     assert_eq!(
         saw,
         &format!(
-            "the kubelet runs as UID 4242 and cannot pass: directory {} is mode 0700, owner {}:{}",
+            "kubelet (pid 812) runs as UID 4242 (groups 4242) and cannot pass: directory {} is \
+             mode 0700, owner {}:{}",
             closed.display(),
             owner.uid(),
             owner.gid()
@@ -184,6 +185,68 @@ async fn a_kubelet_that_is_not_root_is_checked_for_the_permissions_it_needs() {
     // The same node with a root kubelet: nothing to say.
     process(procs.path(), 812, &["kubelet", &root_flag], &[], 0);
     assert_eq!(run(base_command(procs.path(), &[])).await.code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
+async fn with_several_kubelets_each_ones_user_is_checked_and_each_blocked_one_is_named() {
+    let node = KubeletRoot::new();
+    let open = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    open(&node.root, 0o755); // a tempdir is 0700
+    let plugin = fake_plugin(&node, "x.csi.example.io");
+    open(&plugin.registration.socket, 0o777);
+    // The driver socket is open to its group only: a kubelet in that group passes.
+    let group = 5151;
+    std::os::unix::fs::lchown(&plugin.driver.socket, None, Some(group)).unwrap();
+    open(&plugin.driver.socket, 0o770);
+    let procs = tempfile::tempdir().unwrap();
+    let root_flag = format!("--root-dir={}", node.root.display());
+    let argv = ["kubelet", root_flag.as_str()];
+    process(procs.path(), 700, &argv, &[], 0);
+    process(procs.path(), 800, &argv, &[], group);
+    process(procs.path(), 900, &argv, &[], 4242);
+    process(procs.path(), 950, &argv, &[], 4343);
+    let out = run(base_command(procs.path(), &[])).await;
+    assert_eq!(out.code, Some(1), "{:#}", out.report);
+    let blocked = out.of("endpoint.permissions");
+    let socket = plugin.driver.socket.display();
+    let saw: Vec<&str> = blocked.iter().map(|(_, saw)| saw.as_str()).collect();
+    assert_eq!(
+        saw,
+        [
+            format!(
+                "kubelet (pid 900) runs as UID 4242 (groups 4242) and cannot pass: socket \
+                 {socket} is mode 0770, owner 0:{group}"
+            ),
+            format!(
+                "kubelet (pid 950) runs as UID 4343 (groups 4343) and cannot pass: socket \
+                 {socket} is mode 0770, owner 0:{group}"
+            ),
+        ],
+        "the root kubelet and the one in the socket's group pass, each other is named"
+    );
+    assert!(
+        out.of("registration.permissions").is_empty(),
+        "{:#}",
+        out.report
+    );
+    // A kubelet with another root does not dial these sockets: it is not checked.
+    process(
+        procs.path(),
+        950,
+        &["kubelet", "--root-dir=/elsewhere"],
+        &[],
+        4343,
+    );
+    let out = run(base_command(procs.path(), &[])).await;
+    let blocked = out.of("endpoint.permissions");
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert!(
+        blocked[0].1.starts_with("kubelet (pid 900) "),
+        "{blocked:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
-//! The registrar as a real process: SIGTERM (with a `/healthz` self-check in progress), the
-//! probe mode, usage errors and Go-only flags, a driver that never comes, and a driver name
-//! it refuses.
+//! The registrar as a real process: SIGTERM (with a GetInfo or a `/healthz` self-check in
+//! progress), the probe mode, usage errors and Go-only flags, a driver that never comes, and a
+//! driver name it refuses.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -25,6 +25,29 @@ async fn the_process_removes_the_registration_socket_on_sigterm_and_exits_0() {
     let status = common::wait_exit(&mut registrar.0, WAIT);
     assert_eq!(status.code(), Some(0));
     assert!(!setup.reg_socket().exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_info_in_flight_at_sigterm_is_answered_before_the_exit() {
+    let setup = Setup::new();
+    let _driver = FakeDriver::start(&setup.csi, DRIVER);
+    let mut registrar = common::spawn(&mut setup.registrar_command(), "registrar");
+    assert!(
+        wait_until(WAIT, || is_socket(&setup.reg_socket())).await,
+        "no registration socket"
+    );
+    let get_info = "/pluginregistration.Registration/GetInfo";
+    let in_flight = common::held_call::HeldCall::open(&setup.reg_socket(), get_info).await;
+    common::send_signal(&registrar.0, nix::sys::signal::Signal::SIGTERM);
+    // The gate: the socket is withdrawn first, so the kubelet dials no server that stops.
+    assert!(
+        wait_until(WAIT, || !setup.reg_socket().exists()).await,
+        "the registration socket outlived the shutdown's start"
+    );
+    let answer = in_flight.finish().await;
+    assert_eq!(answer.grpc_status, "0", "{answer:?}");
+    let status = common::wait_exit(&mut registrar.0, WAIT);
+    assert_eq!(status.code(), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

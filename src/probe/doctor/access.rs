@@ -1,7 +1,8 @@
 //! Could the kubelet reach a path? A kubelet running as root passes every permission check
 //! (SELinux and AppArmor are out of scope), so this matters only for a kubelet that runs as
 //! another user (rootless setups, user namespaces): every directory on the way needs search
-//! permission, and a socket needs write permission, for its UID or one of its groups.
+//! permission, and a socket needs write permission, for its UID or one of its groups. With
+//! several kubelets on a node each is checked with its own credentials.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,29 @@ use super::Host;
 pub struct Credentials {
     pub uid: u32,
     pub groups: Vec<u32>,
+}
+
+/// A kubelet process that does not run as root, whose permissions are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletUser {
+    pub pid: u32,
+    pub program: String,
+    pub credentials: Credentials,
+}
+
+impl std::fmt::Display for KubeletUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let groups: Vec<String> = self.credentials.groups.iter().map(u32::to_string).collect();
+        write!(
+            f,
+            "{} (pid {}) runs as UID {}",
+            self.program, self.pid, self.credentials.uid
+        )?;
+        match groups.is_empty() {
+            true => Ok(()),
+            false => write!(f, " (groups {})", groups.join(",")),
+        }
+    }
 }
 
 /// The permission bits that apply to `who` for a file of this owner: owner, group or other.

@@ -212,18 +212,22 @@ pub async fn diagnose(ctx: &Context, socket: PathBuf) -> Plugin {
     plugin
 }
 
-/// A finding when the kubelet runs as another user than root and cannot reach `path`.
-fn unreachable(ctx: &Context, check: &'static str, path: &Path) -> Option<Finding> {
-    let who = ctx.kubelet_credentials.as_ref()?;
-    let why = access::can_connect(&ctx.host, path, who).err()?;
-    Some(Finding::error(
-        check,
-        format!("the kubelet runs as UID {} and cannot pass: {why}", who.uid),
-        "a kubelet that is not root needs search permission on every directory and write \
-         permission on the socket",
-        "open the directory or socket to the kubelet's user or group (--socket-mode, \
-         --socket-group)",
-    ))
+/// A finding for each kubelet that runs as another user than root and cannot reach `path`.
+fn unreachable(ctx: &Context, check: &'static str, path: &Path) -> Vec<Finding> {
+    ctx.kubelet_users
+        .iter()
+        .filter_map(|kubelet| {
+            let why = access::can_connect(&ctx.host, path, &kubelet.credentials).err()?;
+            Some(Finding::error(
+                check,
+                format!("{kubelet} and cannot pass: {why}"),
+                "a kubelet that is not root needs search permission on every directory and \
+                 write permission on the socket",
+                "open the directory or socket to the kubelet's user or group (--socket-mode, \
+                 --socket-group)",
+            ))
+        })
+        .collect()
 }
 
 /// Checks the endpoint GetInfo named; on success, the dialled channel and the endpoint's host

@@ -64,8 +64,8 @@ pub struct Context {
     pub timeout: Duration,
     /// The kubelet root (a host path).
     pub root: PathBuf,
-    /// Who the kubelet runs as, when that is not root: its permissions are checked.
-    kubelet_credentials: Option<access::Credentials>,
+    /// The kubelets that do not run as root: each one's permissions are checked.
+    kubelet_users: Vec<access::KubeletUser>,
     /// Whether a refused connection says something about the kubelet (a root doctor) or only
     /// about the doctor.
     doctor_is_root: bool,
@@ -201,17 +201,12 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
              container running and the host's plugins_registry mounted",
         ));
     }
+    let kubelet_users = kubelet_users(&kubelets, &root);
     let ctx = Arc::new(Context {
         host,
         timeout: settings.timeout,
         root,
-        kubelet_credentials: kubelets.first().and_then(|k| {
-            let uid = k.uid.filter(|uid| *uid != 0)?;
-            Some(access::Credentials {
-                uid,
-                groups: k.groups.clone(),
-            })
-        }),
+        kubelet_users,
         doctor_is_root: nix::unistd::geteuid().is_root(),
         host_prefix: settings
             .kubelet_root
@@ -258,6 +253,33 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     report.plugins = plugins;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// The kubelets whose permissions matter for the sockets under `root`: those that run with
+/// that root (each dials the sockets its registry announces), or every kubelet when none
+/// does (the root came from `--kubelet-root` or a known location, and any could be the one);
+/// those running as root pass every check and are left out.
+fn kubelet_users(kubelets: &[root::KubeletProcess], root: &Path) -> Vec<access::KubeletUser> {
+    let with_root: Vec<&root::KubeletProcess> =
+        kubelets.iter().filter(|k| k.root == root).collect();
+    let relevant = match with_root.is_empty() {
+        true => kubelets.iter().collect(),
+        false => with_root,
+    };
+    relevant
+        .into_iter()
+        .filter_map(|k| {
+            let uid = k.uid.filter(|uid| *uid != 0)?;
+            Some(access::KubeletUser {
+                pid: k.pid,
+                program: k.program.clone(),
+                credentials: access::Credentials {
+                    uid,
+                    groups: k.groups.clone(),
+                },
+            })
+        })
+        .collect()
 }
 
 fn registry_missing(registry: &Path) -> Finding {

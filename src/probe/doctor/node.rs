@@ -31,6 +31,9 @@ pub fn classify(entries: Vec<Entry>) -> (Vec<PathBuf>, Vec<Finding>) {
                 "the kubelet ignores it (registrars stage sockets under such names for a moment)",
             )),
             Kind::Socket => sockets.push(entry.path),
+            // `<driver>-reg.sock.lock`: our registrar's claim on its socket, which the kubelet
+            // ignores like every file here that is not a socket; nothing to say.
+            Kind::Regular if claim_lock(&entry.path) => {}
             kind if registration_name => findings.push(Finding::error(
                 "registry.not-socket",
                 format!("{shown} is a {}, not a socket", kind.describe()),
@@ -46,6 +49,16 @@ pub fn classify(entries: Vec<Entry>) -> (Vec<PathBuf>, Vec<Finding>) {
         }
     }
     (sockets, findings)
+}
+
+/// Whether `path` is named as a registrar's lock file beside a registration socket.
+fn claim_lock(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| {
+        name.to_string_lossy()
+            .strip_suffix(crate::socket::claim::LOCK_SUFFIX)
+            .and_then(plugin_registry::driver_of)
+            .is_some()
+    })
 }
 
 /// Registration sockets under another known kubelet root: a DaemonSet written for the wrong
