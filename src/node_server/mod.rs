@@ -164,7 +164,10 @@ impl Settings {
                 gid: args.socket_group,
             },
             state_dir_busy: args.state_dir_busy,
-            http_endpoint: args.http_endpoint.into_option().map(HttpEndpoint::into_string),
+            http_endpoint: args
+                .http_endpoint
+                .into_option()
+                .map(HttpEndpoint::into_string),
             config,
         })
     }

@@ -151,7 +151,9 @@ impl Tally {
 }
 
 fn blocks_bytes(stat: &FileStat) -> u64 {
-    u64::try_from(stat.st_blocks).unwrap_or(0).saturating_mul(512)
+    u64::try_from(stat.st_blocks)
+        .unwrap_or(0)
+        .saturating_mul(512)
 }
 
 /// A walk: what it found and did, and what it cost.
@@ -412,7 +414,10 @@ mod tests {
             };
             total.add(&one);
         }
-        assert_eq!((total.inodes, total.other_project, total.bytes), (40, 20, 81920));
+        assert_eq!(
+            (total.inodes, total.other_project, total.bytes),
+            (40, 20, 81920)
+        );
         assert_eq!(total.projects.len(), NAMED_PROJECTS);
         assert_eq!(total.first_error.as_deref(), Some("third"));
         assert!(total.found());

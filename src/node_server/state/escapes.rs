@@ -186,13 +186,22 @@ mod tests {
     fn an_episode_begins_once_continues_and_ends_on_the_first_clean_whole_pass() {
         let escapes = Escapes::default();
         assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Clean);
-        assert_eq!(escapes.record("v", 7, &found(2, 0, 8192), true), Note::Began);
-        assert_eq!(escapes.record("v", 7, &found(1, 1, 4096), true), Note::Continued);
+        assert_eq!(
+            escapes.record("v", 7, &found(2, 0, 8192), true),
+            Note::Began
+        );
+        assert_eq!(
+            escapes.record("v", 7, &found(1, 1, 4096), true),
+            Note::Continued
+        );
         assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Ended);
         assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Clean);
         assert_eq!(escapes.record("v", 7, &found(1, 0, 1), true), Note::Began);
         let totals = escapes.totals();
-        assert_eq!((totals.episodes, totals.inodes, totals.bytes), (2, 5, 12289));
+        assert_eq!(
+            (totals.episodes, totals.inodes, totals.bytes),
+            (2, 5, 12289)
+        );
         assert_eq!((totals.walks, totals.walked), (6, 60));
     }
 
@@ -215,7 +224,10 @@ mod tests {
         assert!(escapes.condition("a").is_none());
         assert!(escapes.condition("b").is_some());
         escapes.retain(|id| id != "b");
-        assert!(escapes.condition("b").is_none(), "a deleted volume's episode is dropped");
+        assert!(
+            escapes.condition("b").is_none(),
+            "a deleted volume's episode is dropped"
+        );
     }
 
     #[test]
@@ -242,7 +254,10 @@ mod tests {
             ..Tally::default()
         };
         let text = describe(7, &tally);
-        assert!(text.contains("1 could not be set back (FS_IOC_FSSETXATTR: EPERM)"), "{text}");
+        assert!(
+            text.contains("1 could not be set back (FS_IOC_FSSETXATTR: EPERM)"),
+            "{text}"
+        );
     }
 
     #[test]
