@@ -118,7 +118,7 @@ fn pass(driver: &Driver, stop: &Stop, rate: u32) -> Option<u64> {
         let dir = driver.volumes.path_of(&record.id);
         let started = Instant::now();
         let mut tick = |done: u64| {
-            if done % TICK_EVERY != 0 {
+            if !done.is_multiple_of(TICK_EVERY) {
                 return ControlFlow::Continue(());
             }
             let pause = escapes::pause(done, rate, started.elapsed());
