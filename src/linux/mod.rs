@@ -11,12 +11,14 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work.
 //! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
 //!   volume's limit).
 //! - [`resolve`] — request paths resolved following only links root placed, and mount points
 //!   made or removed through a parent opened without following any.
 
 pub mod copy;
+pub mod ioprio;
 pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;

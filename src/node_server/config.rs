@@ -25,6 +25,33 @@ pub struct Config {
     pub quota: quota::Mode,
     /// Whether ControllerGetCapabilities lists GET_SNAPSHOT.
     pub advertise_get_snapshot: bool,
+    /// How volumes are checked for files taken out of their project quota.
+    pub quota_checks: QuotaChecks,
+}
+
+/// The background check of volumes' project IDs (`--quota-check-interval`,
+/// `--quota-check-rate`): from an escape to its charge-back takes at most about `interval`
+/// plus the time to walk every volume's inodes at `rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaChecks {
+    /// The pause between the end of one pass over every volume and the start of the next.
+    pub interval: std::time::Duration,
+    /// Inodes looked at per second, at most.
+    pub rate: u32,
+}
+
+impl QuotaChecks {
+    pub const DEFAULT_INTERVAL_SECS: u64 = 20;
+    pub const DEFAULT_RATE: u32 = 5000;
+}
+
+impl Default for QuotaChecks {
+    fn default() -> Self {
+        Self {
+            interval: std::time::Duration::from_secs(Self::DEFAULT_INTERVAL_SECS),
+            rate: Self::DEFAULT_RATE,
+        }
+    }
 }
 
 /// A configuration the CSI spec does not allow.
@@ -49,6 +76,7 @@ impl Config {
             overcommit: false,
             quota: quota::Mode::Auto,
             advertise_get_snapshot: false,
+            quota_checks: QuotaChecks::default(),
         }
     }
 

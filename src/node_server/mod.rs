@@ -23,6 +23,7 @@ pub mod config;
 pub(crate) mod driver;
 mod grace;
 pub mod grpc;
+pub mod metrics;
 pub mod state;
 pub mod takeover;
 
@@ -42,7 +43,10 @@ use grpc::{controller, field_limits, group_controller, identity, node};
 #[cfg(doc)]
 use state::layout::StateDir;
 
-use crate::cli::values::{ByteSize, FlagValue, NonEmptyPath, SocketAddress, SocketMode};
+use crate::cli::values::{
+    ByteSize, FlagValue, HttpEndpoint, NonEmptyPath, OrEmpty, PositiveDuration, SocketAddress,
+    SocketMode,
+};
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
@@ -95,6 +99,13 @@ crate::mode_args! {
         /// on (or refuse to start), off (never touch quotas) (default auto)
         #[argh(option, default = "quota::Mode::Auto", arg_name = "value")]
         pub quota: quota::Mode,
+        /// pause between passes over every quota'd volume looking for files taken out of
+        /// its project (found ones are set back and charged to the volume) (default 20s)
+        #[argh(option, default = "PositiveDuration::from_secs(20)", arg_name = "duration")]
+        pub quota_check_interval: PositiveDuration,
+        /// inodes those passes look at per second, at most, more than 0 (default 5000)
+        #[argh(option, default = "5000", arg_name = "int")]
+        pub quota_check_rate: u32,
         /// when another node-server holds the state directory: wait (without serving) and
         /// take over when it exits, or exit (exit 1 at once) (default wait)
         #[argh(option, default = "takeover::Busy::Wait", arg_name = "value")]
@@ -103,6 +114,10 @@ crate::mode_args! {
         /// way; csi-sanity before v5.5 fails on the capability)
         #[argh(switch)]
         pub advertise_get_snapshot: bool,
+        /// address of the HTTP server for /metrics (the quota checks' counters), e.g. :9810;
+        /// empty means no server
+        #[argh(option, default = "OrEmpty::default()")]
+        pub http_endpoint: OrEmpty<HttpEndpoint>,
     }
 }
 
@@ -114,6 +129,8 @@ pub struct Settings {
     pub socket_perms: socket::Permissions,
     /// `--state-dir-busy`.
     pub state_dir_busy: takeover::Busy,
+    /// `--http-endpoint`: where `/metrics` is served, if anywhere.
+    pub http_endpoint: Option<String>,
     pub config: Config,
 }
 
@@ -121,6 +138,9 @@ impl Settings {
     /// Assembles the settings (each value was checked while parsing); a configuration the
     /// CSI spec does not allow is a usage error (exit 2) naming it.
     pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        if args.quota_check_rate == 0 {
+            return Err(UsageError::new("--quota-check-rate must be more than 0").into());
+        }
         let config = Config {
             node_id: match args.node_id {
                 Some(id) => id,
@@ -131,6 +151,10 @@ impl Settings {
             overcommit: args.overcommit,
             quota: args.quota,
             advertise_get_snapshot: args.advertise_get_snapshot,
+            quota_checks: config::QuotaChecks {
+                interval: args.quota_check_interval.get(),
+                rate: args.quota_check_rate,
+            },
             ..Config::new(&args.driver_name, "", args.state_dir.into_path())
         };
         config.check().map_err(UsageError::new)?;
@@ -141,6 +165,10 @@ impl Settings {
                 gid: args.socket_group,
             },
             state_dir_busy: args.state_dir_busy,
+            http_endpoint: args
+                .http_endpoint
+                .into_option()
+                .map(HttpEndpoint::into_string),
             config,
         })
     }
@@ -219,6 +247,18 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
             }
             None => socket::bind_tokio(&settings.endpoint, settings.socket_perms)?,
         };
+        // Stopped and joined when serving ends.
+        let _watch = driver::watch::Watch::start(Arc::clone(&plugin.driver));
+        if let Some(endpoint) = &settings.http_endpoint {
+            let listener = crate::http::bind(endpoint).await?;
+            let driver = Arc::clone(&plugin.driver);
+            let handler = metrics::Handler::new(move || driver.escape_totals());
+            let answer = move |path: String| {
+                let handler = Arc::clone(&handler);
+                async move { metrics::answer(&handler, &path) }
+            };
+            tokio::spawn(crate::http::serve(listener, answer, shutdown.clone()));
+        }
         let config = &plugin.driver.config;
         log::info!(
             "serving CSI driver {} for node {} on {}",

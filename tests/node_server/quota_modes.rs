@@ -119,3 +119,29 @@ fn quota_on_where_quotas_cannot_hold_refuses_to_start_with_one_line_and_exit_1()
         "{stderr}"
     );
 }
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test]
+async fn http_endpoint_serves_the_quota_check_counters_on_metrics() {
+    let sandbox = MountSandbox::new();
+    let socket = sandbox.path().join("metrics.sock");
+    let state = sandbox.path().join("metrics");
+    let address = common::free_local_address();
+    let endpoint = format!("--http-endpoint={address}");
+    let child = common::spawn_node_server(&socket, &state, &["--node-id=n", &endpoint]);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || common::is_socket(&socket)).await,
+        "node-server did not start:\n{}",
+        child.stderr()
+    );
+    let (status, body) = common::http_get(&address, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    for line in [
+        "csi_nodekit_quota_escape_episodes_total 0",
+        "csi_nodekit_quota_escaped_bytes_total 0",
+        "process_start_time_seconds",
+    ] {
+        assert!(body.contains(line), "{line} in\n{body}");
+    }
+    assert_eq!(common::http_get(&address, "/healthz").await.0, 404);
+}

@@ -8,6 +8,7 @@
 //!   whether it accounts and enforces project quotas ([`Support`]).
 //! - [`limits`] — a project's limits and usage; assigning a directory and releasing it.
 //! - [`project`] — a directory's project ID and PROJINHERIT flag.
+//! - [`tree`] — a volume's tree held to its project: escaped inodes found and set back.
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
 //! - [`seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake for unit
@@ -26,6 +27,7 @@ pub mod mode;
 pub mod project;
 pub mod seam;
 pub mod sys;
+pub mod tree;
 
 pub use error::{AttrOp, QuotaError, QuotaOp};
 pub use fs::{Access, FsKind, QuotaFs, Support};

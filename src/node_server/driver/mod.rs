@@ -11,6 +11,7 @@ pub(super) mod modify;
 pub mod publish;
 pub(super) mod snapshots;
 pub(super) mod volumes;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use super::config::{Config, ConfigError};
 use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
+use crate::node_server::state::escapes::Escapes;
 use crate::node_server::state::layout::{StateDir, StateDirError};
 use crate::node_server::state::owner::{Owner, OwnerError};
 use crate::node_server::state::snapshots::Snapshots;
@@ -42,6 +44,8 @@ pub struct Driver {
     pub(super) snapshots: Snapshots,
     /// Volumes and snapshots being copied from or deleted.
     pub(super) sources: Arc<Sources>,
+    /// Files found out of their volume's project quota, per volume.
+    pub(super) escapes: Escapes,
     /// The state directory is ours alone while this is held.
     _owner: Owner,
 }
@@ -151,6 +155,7 @@ impl Driver {
             loops,
             snapshots,
             sources: Sources::new(),
+            escapes: Escapes::default(),
             _owner: owner,
         })
     }
@@ -512,7 +517,7 @@ impl Driver {
             Some(_) => Some(self.mounter.identity(&dir)?),
             None => None,
         };
-        let abnormal = match (shown, self.mounter.mount_at(&path)?) {
+        let mounted = match (shown, self.mounter.mount_at(&path)?) {
             (None, _) => Some(format!("volume directory {} is missing", dir.display())),
             (Some(dir), Some(top)) if top.shows == dir => None,
             _ => Some(format!("volume is not mounted at {}", path.display())),
@@ -525,6 +530,14 @@ impl Driver {
                 ))
             })
         });
+        if let Some(Hold::Enforced { project_id, .. }) = &hold {
+            self.check_root(&record, *project_id, &dir);
+        }
+        let escaped = self.escapes.condition(id);
+        let abnormal = match (mounted, escaped) {
+            (Some(mounted), Some(escaped)) => Some(format!("{mounted}; {escaped}")),
+            (mounted, escaped) => mounted.or(escaped),
+        };
         Ok(Stats {
             statvfs,
             hold,

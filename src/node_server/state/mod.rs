@@ -11,11 +11,14 @@
 //! - [`sources`] — volumes and snapshots being copied from, which may not be deleted meanwhile.
 //! - [`capacity`] — choosing a volume's size from a CSI range; how much is left to provision.
 //! - [`attributes`] — the mutable parameters a VolumeAttributesClass may set.
+//! - [`escapes`] — escapes from volumes' project quotas: each volume's episode (said once,
+//!   shown in its condition, counted) and the background walk's pace.
 //! - [`volume_quota`] — what volumes get from project quotas: a project and a limit each,
 //!   released at deletion, their own usage for stats.
 
 pub mod attributes;
 pub mod capacity;
+pub mod escapes;
 pub mod layout;
 pub mod owner;
 pub mod snapshots;

@@ -7,6 +7,7 @@ use csi_nodekit::linux::quota::{FsKind, Limits, PROJECT_IDS, QuotaFs};
 
 use super::copies::*;
 use super::enforce::*;
+use super::escapes::*;
 use super::fixtures::{Prep, TestFs};
 use super::leftovers::*;
 use super::lifecycle::*;
@@ -54,6 +55,12 @@ const GENERIC: &[(&str, Case)] = cases![
     root_without_cap_sys_resource_on_its_thread_stops_at_the_limit,
     restores_and_clones_hold_to_the_size_asked_for_and_a_full_source_fits_at_its_own,
     expanding_a_quotad_volume_under_quota_off_is_refused_and_applied_once_enforced,
+    a_pods_file_moved_out_of_its_project_is_found_and_charged_back_within_a_minute,
+    a_subdirectory_with_projinherit_cleared_is_found_and_its_files_charged_back,
+    a_root_pod_without_capabilities_retagging_the_volume_root_is_set_back_and_charged,
+    files_moved_into_a_neighbours_project_are_charged_back_to_their_own_volume,
+    a_pod_in_a_user_namespace_cannot_change_a_project_id,
+    measure_the_quota_check_walk_per_10000_files,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's

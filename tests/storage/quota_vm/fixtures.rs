@@ -143,6 +143,10 @@ pub struct Written {
     pub errno: i32,
     /// Its effective capabilities, as /proc/self/status shows them.
     pub cap_eff: u64,
+    /// The errno of its attribute change (0: none asked, or it worked).
+    pub attr_errno: i32,
+    /// From its attribute change (or its start) to its stop.
+    pub millis: u64,
 }
 
 /// Appends to `file` in 64 KiB writes until an error or `cap` bytes, in a child process
@@ -159,6 +163,14 @@ pub fn create_until_error(dir: &Path, cap: u64, uid: u32) -> Written {
 
 fn run_writer(mode: &str, file: &Path, cap: u64, uid: u32) -> Written {
     let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+    if uid != 0 {
+        cmd.uid(uid).gid(uid);
+    }
+    writer_result(writer_command(cmd, mode, file, cap))
+}
+
+/// `cmd` (the test binary, or a wrapper that runs it) told to play the writer.
+fn writer_command(mut cmd: Command, mode: &str, file: &Path, cap: u64) -> Command {
     cmd.args([
         "--exact",
         super::TEST_NAME,
@@ -170,9 +182,11 @@ fn run_writer(mode: &str, file: &Path, cap: u64, uid: u32) -> Written {
     .env("QUOTA_VM_WRITER_MODE", mode)
     .env("QUOTA_VM_WRITER_FILE", file)
     .env("QUOTA_VM_WRITER_CAP", cap.to_string());
-    if uid != 0 {
-        cmd.uid(uid).gid(uid);
-    }
+    cmd
+}
+
+/// Runs a writer command and reads its result line.
+fn writer_result(mut cmd: Command) -> Written {
     let out = cmd.output().expect("run writer");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
@@ -196,6 +210,114 @@ fn run_writer(mode: &str, file: &Path, cap: u64, uid: u32) -> Written {
         bytes: field("wrote"),
         errno: field("errno") as i32,
         cap_eff: field("capeff"),
+        attr_errno: field("attrerrno") as i32,
+        millis: field("ms"),
+    }
+}
+
+/// Who a pod's process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodUser {
+    /// uid 1000 without capabilities (a pod with `runAsUser: 1000`).
+    Uid1000,
+    /// uid 0 with every capability dropped (`capabilities: drop: [ALL]`): it still owns what
+    /// root made, the volume's root among them.
+    RootWithoutCaps,
+    /// uid 1000 on the host, root of a user namespace of its own (`hostUsers: false`).
+    UserNamespace,
+}
+
+/// The unprivileged uid of [`PodUser::Uid1000`].
+pub const POD_UID: u32 = 1000;
+
+/// An attribute change a pod makes with FS_IOC_FSSETXATTR (what `chattr -p` / `chattr -P` do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrChange {
+    /// Into project N.
+    Project(u32),
+    /// PROJINHERIT cleared.
+    NoInherit,
+}
+
+/// What a pod does: `change` on `attr_path` (a directory made first if missing, before
+/// `file` is created in it; `file` itself is created first), then appends to `file` up to
+/// `cap` bytes, at `rate` bytes a second (0: as fast as it can), until an error.
+pub fn pod_write(
+    user: PodUser,
+    attr_path: &Path,
+    change: AttrChange,
+    file: &Path,
+    cap: u64,
+    rate: u64,
+) -> Written {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut cmd = match user {
+        PodUser::UserNamespace => {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--user", "--map-root-user"]).arg(exe);
+            cmd
+        }
+        _ => Command::new(exe),
+    };
+    match user {
+        PodUser::Uid1000 | PodUser::UserNamespace => {
+            cmd.uid(POD_UID).gid(POD_UID);
+        }
+        PodUser::RootWithoutCaps => {
+            // SAFETY: only prctl between fork and exec, which allocates nothing.
+            unsafe { cmd.pre_exec(drop_every_capability) };
+        }
+    }
+    let change = match change {
+        AttrChange::Project(id) => format!("project={id}"),
+        AttrChange::NoInherit => "noinherit".to_owned(),
+    };
+    let mut cmd = writer_command(cmd, "bytes", file, cap);
+    cmd.env("QUOTA_VM_WRITER_ATTR_PATH", attr_path)
+        .env("QUOTA_VM_WRITER_ATTR", change)
+        .env("QUOTA_VM_WRITER_RATE", rate.to_string());
+    writer_result(cmd)
+}
+
+/// Empties the bounding and ambient sets, so root's exec gains no capability.
+fn drop_every_capability() -> std::io::Result<()> {
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments; EINVAL past the last capability is ignored.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    Ok(())
+}
+
+/// The writer's FS_IOC_FSSETXATTR on `path`: its errno (0 when it worked).
+fn change_attr(path: &Path, change: &str) -> i32 {
+    let errno_of = |e: std::io::Error| e.raw_os_error().unwrap_or(-1);
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) => return errno_of(e),
+    };
+    use csi_nodekit::linux::quota::sys;
+    use std::os::fd::AsFd;
+    let mut attr = match sys::get_fsxattr(file.as_fd()) {
+        Ok(attr) => attr,
+        Err(e) => return errno_of(e),
+    };
+    match change.strip_prefix("project=") {
+        Some(id) => attr.projid = id.parse().expect("project ID"),
+        None => attr.xflags &= !sys::FS_XFLAG_PROJINHERIT,
+    }
+    match sys::set_fsxattr(file.as_fd(), &attr) {
+        Ok(()) => 0,
+        Err(e) => errno_of(e),
     }
 }
 
@@ -214,7 +336,8 @@ pub fn writer_main() {
         .map(str::trim)
         .unwrap_or("?")
         .to_owned();
-    let (mut wrote, mut errno) = (0u64, 0);
+    let (mut wrote, mut errno, mut attr_errno) = (0u64, 0, 0);
+    let mut started = std::time::Instant::now();
     let errno_of = |e: std::io::Error| e.raw_os_error().unwrap_or(-1);
     if std::env::var("QUOTA_VM_WRITER_MODE").as_deref() == Ok("files") {
         let dir = PathBuf::from(file);
@@ -228,6 +351,20 @@ pub fn writer_main() {
             }
         }
     } else {
+        let attr_path = std::env::var_os("QUOTA_VM_WRITER_ATTR_PATH").map(PathBuf::from);
+        let change = std::env::var("QUOTA_VM_WRITER_ATTR").unwrap_or_default();
+        let rate: u64 = std::env::var("QUOTA_VM_WRITER_RATE")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let file = PathBuf::from(file);
+        let on_file = attr_path.as_deref() == Some(file.as_path());
+        if let Some(dir) = attr_path.as_deref().filter(|_| !on_file) {
+            if !dir.exists() {
+                std::fs::create_dir(dir).expect("the pod's directory");
+            }
+            attr_errno = change_attr(dir, &change);
+        }
         // Creating the file is itself charged to the project: when another writer has already
         // filled the volume, the create is where this one meets the limit.
         let opened = std::fs::OpenOptions::new()
@@ -238,14 +375,25 @@ pub fn writer_main() {
             Ok(out) => out,
             Err(e) => {
                 println!(
-                    "quota-vm-writer: wrote=0 errno={} capeff={cap_eff}",
+                    "quota-vm-writer: wrote=0 errno={} capeff={cap_eff} attrerrno={attr_errno} ms=0",
                     errno_of(e)
                 );
                 return;
             }
         };
+        if on_file {
+            attr_errno = change_attr(&file, &change);
+        }
+        started = std::time::Instant::now();
         let chunk = vec![0xa5u8; 64 << 10];
         while wrote < cap {
+            if rate > 0 {
+                // A pod writing at `rate`: the next chunk is due when the ones before fit it.
+                let due = std::time::Duration::from_secs_f64(wrote as f64 / rate as f64);
+                if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(ahead);
+                }
+            }
             match out.write(&chunk) {
                 Ok(n) => wrote += n as u64,
                 Err(e) => {
@@ -260,7 +408,10 @@ pub fn writer_main() {
             errno = errno_of(e);
         }
     }
-    println!("quota-vm-writer: wrote={wrote} errno={errno} capeff={cap_eff}");
+    println!(
+        "quota-vm-writer: wrote={wrote} errno={errno} capeff={cap_eff} attrerrno={attr_errno} ms={}",
+        started.elapsed().as_millis()
+    );
 }
 
 /// `du`-style accounting of a tree: the sum of st_blocks (512-byte units) and the number of

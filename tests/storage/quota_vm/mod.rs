@@ -12,6 +12,7 @@
 mod cases;
 mod copies;
 mod enforce;
+mod escapes;
 mod fixtures;
 mod leftovers;
 mod lifecycle;

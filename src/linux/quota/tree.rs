@@ -1,0 +1,478 @@
+//! A directory tree held to its project: the inodes below a root whose project ID is not the
+//! root's, and the directories without PROJINHERIT, found and set back with
+//! `FS_IOC_FSSETXATTR`. The kernel moves an inode's blocks to its new project as the ID
+//! changes, so setting it back charges what was written meanwhile to the project again.
+//!
+//! The owner of a file may change its project ID with no capability (in the host's user
+//! namespace), so a pod can take its files out of its volume's limit; this is how they are put
+//! back after the fact. The walk reaches every entry relative to a directory it holds open,
+//! never follows a symlink (`O_NOFOLLOW`, `AT_SYMLINK_NOFOLLOW`), never crosses into another
+//! filesystem (`st_dev`) and opens a name for the ioctl only once it is known to be a regular
+//! file or a directory (a device node's open has side effects). Only those two kinds carry an
+//! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are counted, not changed.
+
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::ops::ControlFlow;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
+
+use super::sys::{self, FS_XFLAG_PROJINHERIT, Fsxattr};
+
+/// Directories deeper than this below the root are not entered (each level holds a
+/// descriptor); they are counted as skipped.
+pub const MAX_DEPTH: usize = 512;
+/// How many other projects a tally names (the counts cover them all).
+const NAMED_PROJECTS: usize = 8;
+
+/// What is wrong with one inode against the project it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Escape {
+    /// The project it is in instead, when that differs.
+    pub other_project: Option<u32>,
+    /// A directory whose new entries would not inherit the project.
+    pub no_inherit: bool,
+}
+
+/// Whether an inode with `attr` (a directory if `dir`) has escaped project `want`.
+pub fn escape(attr: &Fsxattr, dir: bool, want: u32) -> Option<Escape> {
+    let other_project = (attr.projid != want).then_some(attr.projid);
+    let no_inherit = dir && attr.xflags & FS_XFLAG_PROJINHERIT == 0;
+    (other_project.is_some() || no_inherit).then_some(Escape {
+        other_project,
+        no_inherit,
+    })
+}
+
+/// `attr` set back into project `want`; a directory also gets PROJINHERIT. Every other flag
+/// stays as it was.
+pub fn put_back(attr: &Fsxattr, dir: bool, want: u32) -> Fsxattr {
+    let mut fixed = *attr;
+    fixed.projid = want;
+    if dir {
+        fixed.xflags |= FS_XFLAG_PROJINHERIT;
+    }
+    fixed
+}
+
+/// What a check found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// Inodes looked at.
+    pub inodes: u64,
+    /// Inodes found in another project.
+    pub other_project: u64,
+    /// Directories found without PROJINHERIT.
+    pub no_inherit: u64,
+    /// The bytes those inodes in another project hold (their allocated blocks).
+    pub bytes: u64,
+    /// Escaped inodes set back.
+    pub repaired: u64,
+    /// Escaped inodes that could not be set back, with the first error.
+    pub unrepaired: u64,
+    pub first_error: Option<String>,
+    /// Entries not looked into: mount points, too deep, gone or changed while looked at.
+    pub skipped: u64,
+    /// Some of the other projects found (at most a few).
+    pub projects: BTreeSet<u32>,
+}
+
+impl Tally {
+    /// Whether anything escaped.
+    pub fn found(&self) -> bool {
+        self.other_project + self.no_inherit > 0
+    }
+
+    /// Adds `other`'s findings to these.
+    pub fn add(&mut self, other: &Tally) {
+        self.inodes += other.inodes;
+        self.other_project += other.other_project;
+        self.no_inherit += other.no_inherit;
+        self.bytes += other.bytes;
+        self.repaired += other.repaired;
+        self.unrepaired += other.unrepaired;
+        self.skipped += other.skipped;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+        for id in &other.projects {
+            self.name_project(*id);
+        }
+    }
+
+    fn name_project(&mut self, id: u32) {
+        if self.projects.len() < NAMED_PROJECTS {
+            self.projects.insert(id);
+        }
+    }
+
+    fn error(&mut self, what: impl FnOnce() -> String) {
+        if self.first_error.is_none() {
+            self.first_error = Some(what());
+        }
+    }
+
+    /// One inode's attributes checked against `want` and, if it escaped, set back.
+    fn visit(&mut self, fd: BorrowedFd<'_>, stat: &FileStat, dir: bool, want: u32) {
+        let attr = match sys::get_fsxattr(fd) {
+            Ok(attr) => attr,
+            Err(e) => {
+                self.skipped += 1;
+                return self.error(|| format!("FS_IOC_FSGETXATTR: {e}"));
+            }
+        };
+        let Some(escape) = escape(&attr, dir, want) else {
+            return;
+        };
+        if let Some(other) = escape.other_project {
+            self.other_project += 1;
+            self.bytes += blocks_bytes(stat);
+            self.name_project(other);
+        }
+        if escape.no_inherit {
+            self.no_inherit += 1;
+        }
+        match sys::set_fsxattr(fd, &put_back(&attr, dir, want)) {
+            Ok(()) => self.repaired += 1,
+            Err(e) => {
+                self.unrepaired += 1;
+                self.error(|| format!("FS_IOC_FSSETXATTR: {e}"));
+            }
+        }
+    }
+}
+
+fn blocks_bytes(stat: &FileStat) -> u64 {
+    u64::try_from(stat.st_blocks)
+        .unwrap_or(0)
+        .saturating_mul(512)
+}
+
+/// A walk: what it found and did, and what it cost.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    pub tally: Tally,
+    pub wall: Duration,
+    /// CPU time of the walking thread (user and system).
+    pub cpu: Duration,
+    /// `tick` asked it to stop before the end.
+    pub stopped: bool,
+}
+
+/// Checks only `root` itself, and sets it back into project `want` (with PROJINHERIT) if it
+/// escaped: one open and one ioctl, cheap enough for every stats call.
+pub fn check_root(root: &Path, want: u32) -> io::Result<Tally> {
+    let dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
+    let stat = fstat(dir.as_fd())?;
+    let mut tally = Tally {
+        inodes: 1,
+        ..Tally::default()
+    };
+    tally.visit(dir.as_fd(), &stat, true, want);
+    Ok(tally)
+}
+
+/// One directory level of the walk: the directory, held open, and the names still to visit.
+struct Level {
+    dir: OwnedFd,
+    names: Vec<OsString>,
+}
+
+/// Walks `root`'s tree, setting every escaped inode back into project `want` (the root
+/// included). `tick` runs after each inode with the count so far (where the caller paces the
+/// walk and stops it: `Break` ends it there). An entry that vanishes under the walk is
+/// skipped; only the root failing to open is an error.
+pub fn walk(
+    root: &Path,
+    want: u32,
+    tick: &mut dyn FnMut(u64) -> ControlFlow<()>,
+) -> io::Result<Walk> {
+    let started = Instant::now();
+    let cpu_started = thread_cpu();
+    let root_dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
+    let root_stat = fstat(root_dir.as_fd())?;
+    let mut tally = Tally {
+        inodes: 1,
+        ..Tally::default()
+    };
+    tally.visit(root_dir.as_fd(), &root_stat, true, want);
+    let mut stopped = tick(tally.inodes).is_break();
+    let mut stack = vec![Level {
+        names: names_or_note(root_dir.as_fd(), &mut tally),
+        dir: root_dir,
+    }];
+    while !stopped && let Some(level) = stack.last_mut() {
+        let Some(name) = level.names.pop() else {
+            stack.pop();
+            continue;
+        };
+        let dir = level.dir.as_fd();
+        if let Some(below) = entry(dir, &name, root_stat.st_dev, want, &mut tally) {
+            if stack.len() > MAX_DEPTH {
+                tally.skipped += 1;
+            } else {
+                let names = names_or_note(below.as_fd(), &mut tally);
+                stack.push(Level { dir: below, names });
+            }
+        }
+        stopped = tick(tally.inodes).is_break();
+    }
+    Ok(Walk {
+        tally,
+        wall: started.elapsed(),
+        cpu: thread_cpu().saturating_sub(cpu_started),
+        stopped,
+    })
+}
+
+/// Visits one entry of `dir`; a directory to descend into comes back open.
+fn entry(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    dev: u64,
+    want: u32,
+    tally: &mut Tally,
+) -> Option<OwnedFd> {
+    tally.inodes += 1;
+    let stat = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(e) => {
+            tally.skipped += 1;
+            if e != Errno::ENOENT {
+                tally.error(|| format!("stat {}: {e}", name.to_string_lossy()));
+            }
+            return None;
+        }
+    };
+    if stat.st_dev != dev {
+        // A mount point: another filesystem, not this project's.
+        tally.skipped += 1;
+        return None;
+    }
+    let opened = match stat.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => open_dir_at(dir, name).map(|fd| (fd, true)),
+        libc::S_IFREG => open_regular_at(dir, name).map(|fd| (fd, false)),
+        // No descriptor of these reaches the filesystem's ioctl.
+        _ => return None,
+    };
+    let (fd, is_dir) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            tally.skipped += 1;
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                tally.error(|| format!("open {}: {e}", name.to_string_lossy()));
+            }
+            return None;
+        }
+    };
+    // What was opened must be what was looked at: a name swapped meanwhile is left for the
+    // next walk.
+    match fstat(fd.as_fd()) {
+        Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
+            tally.visit(fd.as_fd(), &now, is_dir, want);
+            is_dir.then_some(fd)
+        }
+        _ => {
+            tally.skipped += 1;
+            None
+        }
+    }
+}
+
+/// A directory's names (without `.` and `..`); a directory that cannot be read is noted and
+/// has none.
+fn names_or_note(dir: BorrowedFd<'_>, tally: &mut Tally) -> Vec<OsString> {
+    read_names(dir).unwrap_or_else(|e| {
+        tally.skipped += 1;
+        tally.error(|| format!("read directory: {e}"));
+        Vec::new()
+    })
+}
+
+fn read_names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+    // A fresh open of "." has its own offset, so the held descriptor is left alone.
+    let fresh = openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut stream = nix::dir::Dir::from_fd(fresh)?;
+    let mut names = Vec::new();
+    for entry in stream.iter() {
+        let entry = entry?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name != "." && name != ".." {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Opens a directory entry as a directory, never through a symlink.
+fn open_dir_at<Fd: AsFd>(dir: Fd, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    Ok(openat(dir, name, flags, Mode::empty())?)
+}
+
+/// Opens a regular file for the ioctl: first `O_PATH` (which opens nothing), then, once it is
+/// known to be a regular file, that very inode again read-only through `/proc/self/fd`, so a
+/// device node swapped in under the name is never opened.
+fn open_regular_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let path_fd = openat(dir, name, flags, Mode::empty())?;
+    let stat = fstat(path_fd.as_fd())?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
+    let path = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    // O_NOATIME: looking must not touch the pod's atimes (root may always ask for it).
+    let fd = match nix::fcntl::open(path.as_str(), flags | OFlag::O_NOATIME, Mode::empty()) {
+        Err(Errno::EPERM) => nix::fcntl::open(path.as_str(), flags, Mode::empty()),
+        other => other,
+    }?;
+    Ok(File::from(fd).into())
+}
+
+/// The calling thread's CPU time so far.
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(projid: u32, xflags: u32) -> Fsxattr {
+        Fsxattr {
+            projid,
+            xflags,
+            ..Fsxattr::default()
+        }
+    }
+
+    const INHERIT: u32 = FS_XFLAG_PROJINHERIT;
+
+    #[test]
+    fn an_inode_in_its_project_and_a_directory_with_projinherit_have_not_escaped() {
+        assert_eq!(escape(&attr(7, 0), false, 7), None);
+        assert_eq!(escape(&attr(7, INHERIT), true, 7), None);
+    }
+
+    #[test]
+    fn another_project_is_an_escape_for_a_file_and_for_a_directory() {
+        let found = Escape {
+            other_project: Some(0),
+            no_inherit: false,
+        };
+        assert_eq!(escape(&attr(0, 0), false, 7), Some(found));
+        assert_eq!(escape(&attr(0, INHERIT), true, 7), Some(found));
+    }
+
+    #[test]
+    fn a_directory_without_projinherit_has_escaped_and_a_file_never_needs_it() {
+        let found = Escape {
+            other_project: None,
+            no_inherit: true,
+        };
+        assert_eq!(escape(&attr(7, 0), true, 7), Some(found));
+        assert_eq!(escape(&attr(7, 0), false, 7), None);
+    }
+
+    #[test]
+    fn putting_back_sets_the_project_and_a_directorys_projinherit_and_keeps_other_flags() {
+        const IMMUTABLE: u32 = 0x8;
+        let file = put_back(&attr(0, IMMUTABLE), false, 7);
+        assert_eq!((file.projid, file.xflags), (7, IMMUTABLE));
+        let dir = put_back(&attr(9, IMMUTABLE), true, 7);
+        assert_eq!((dir.projid, dir.xflags), (7, IMMUTABLE | INHERIT));
+    }
+
+    #[test]
+    fn tallies_add_up_and_name_only_a_few_projects() {
+        let mut total = Tally::default();
+        for id in 0..20 {
+            let one = Tally {
+                inodes: 2,
+                other_project: 1,
+                bytes: 4096,
+                repaired: 1,
+                projects: [id].into(),
+                first_error: (id == 3).then(|| "third".to_owned()),
+                ..Tally::default()
+            };
+            total.add(&one);
+        }
+        assert_eq!(
+            (total.inodes, total.other_project, total.bytes),
+            (40, 20, 81920)
+        );
+        assert_eq!(total.projects.len(), NAMED_PROJECTS);
+        assert_eq!(total.first_error.as_deref(), Some("third"));
+        assert!(total.found());
+        assert!(!Tally::default().found());
+    }
+
+    // The build machines' filesystems may have no project IDs (tmpfs answers ENOTTY): the
+    // walk's reach is checked here, what it finds and repairs in the quota VM.
+    #[test]
+    fn the_walk_counts_every_entry_follows_no_symlink_and_notes_what_it_cannot_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        std::fs::write(dir.path().join("a/b/f"), b"x").unwrap();
+        std::fs::write(outside.path().join("o1"), b"x").unwrap();
+        std::fs::write(outside.path().join("o2"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+        let mut ticks = 0;
+        let walk = walk(dir.path(), 0, &mut |_| {
+            ticks += 1;
+            ControlFlow::Continue(())
+        })
+        .expect("walk");
+        // root, a, a/b, a/b/f, link: the link's target is not entered.
+        assert_eq!(walk.tally.inodes, 5, "{:?}", walk.tally);
+        assert_eq!(ticks, 5);
+        assert!(!walk.stopped);
+    }
+
+    #[test]
+    fn a_tick_that_breaks_stops_the_walk_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for i in 0..10 {
+            std::fs::write(dir.path().join(format!("f{i}")), b"x").unwrap();
+        }
+        let walk = walk(dir.path(), 7, &mut |n| {
+            if n >= 3 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .expect("walk");
+        assert!(walk.stopped);
+        assert_eq!(walk.tally.inodes, 3);
+    }
+
+    #[test]
+    fn a_symlink_as_the_root_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        let err = walk(&link, 7, &mut |_| ControlFlow::Continue(())).expect_err("symlink");
+        // O_DIRECTORY | O_NOFOLLOW on a symlink: "not a directory".
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
+        assert!(check_root(&link, 7).is_err());
+    }
+}

@@ -1,0 +1,277 @@
+//! What node-server keeps of escapes from its volumes' project quotas (a pod that took files
+//! or directories out of its volume's project, found and set back by
+//! [`tree`](crate::linux::quota::tree)): per volume, the episode under way — from the first
+//! check that finds something to the first whole pass that finds nothing — said once in the
+//! log, shown as the volume's abnormal condition, and counted; and the pace of the background
+//! walk.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::linux::quota::tree::Tally;
+
+/// Pauses shorter than this are not taken: the walk runs on until the debt is worth a sleep.
+pub const SHORTEST_PAUSE: Duration = Duration::from_millis(20);
+
+/// How long a walk that has looked at `done` inodes, `elapsed` after it began, pauses to keep
+/// to `rate` inodes a second (zero while it is behind, or the pause would be too short).
+pub fn pause(done: u64, rate: u32, elapsed: Duration) -> Duration {
+    let due = Duration::from_secs_f64(done as f64 / f64::from(rate.max(1)));
+    let pause = due.saturating_sub(elapsed);
+    if pause < SHORTEST_PAUSE {
+        Duration::ZERO
+    } else {
+        pause
+    }
+}
+
+/// What one check of a volume meant for its episode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    /// Something escaped, and no episode was under way: the one time to say so.
+    Began,
+    /// More found during an episode under way.
+    Continued,
+    /// A whole pass found nothing after an episode: the volume is back to normal.
+    Ended,
+    /// Nothing found, nothing under way.
+    Clean,
+}
+
+/// One volume's episode: everything found and set back since it began.
+#[derive(Debug, Clone)]
+struct Episode {
+    project: u32,
+    total: Tally,
+}
+
+/// Totals since start-up, for the metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub episodes: u64,
+    /// Inodes found in another project or directories without PROJINHERIT.
+    pub inodes: u64,
+    /// Bytes found outside their volume's project, charged back to it.
+    pub bytes: u64,
+    /// Walks of a volume's whole tree.
+    pub walks: u64,
+    /// Inodes those walks looked at.
+    pub walked: u64,
+}
+
+/// Every volume's episode, and the totals.
+#[derive(Debug, Default)]
+pub struct Escapes {
+    episodes: Mutex<HashMap<String, Episode>>,
+    episodes_total: AtomicU64,
+    inodes: AtomicU64,
+    bytes: AtomicU64,
+    walks: AtomicU64,
+    walked: AtomicU64,
+}
+
+impl Escapes {
+    fn episodes(&self) -> MutexGuard<'_, HashMap<String, Episode>> {
+        // Each change is one insert or remove: a panic elsewhere cannot tear the map.
+        self.episodes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What a check of volume `id` (project `project`) found: `whole` for a walk of its whole
+    /// tree, else a look at its root alone (which can begin an episode, never end one).
+    pub fn record(&self, id: &str, project: u32, found: &Tally, whole: bool) -> Note {
+        if whole {
+            self.walks.fetch_add(1, Ordering::Relaxed);
+            self.walked.fetch_add(found.inodes, Ordering::Relaxed);
+        }
+        let mut episodes = self.episodes();
+        if !found.found() {
+            return match whole && episodes.remove(id).is_some() {
+                true => Note::Ended,
+                false => Note::Clean,
+            };
+        }
+        let inodes = found.other_project + found.no_inherit;
+        self.inodes.fetch_add(inodes, Ordering::Relaxed);
+        self.bytes.fetch_add(found.bytes, Ordering::Relaxed);
+        match episodes.get_mut(id) {
+            Some(episode) => {
+                episode.total.add(found);
+                Note::Continued
+            }
+            None => {
+                self.episodes_total.fetch_add(1, Ordering::Relaxed);
+                let total = found.clone();
+                episodes.insert(id.to_owned(), Episode { project, total });
+                Note::Began
+            }
+        }
+    }
+
+    /// The abnormal condition of volume `id` while an episode is under way.
+    pub fn condition(&self, id: &str) -> Option<String> {
+        let episodes = self.episodes();
+        let episode = episodes.get(id)?;
+        Some(describe(episode.project, &episode.total))
+    }
+
+    /// Forgets the episodes of volumes that are gone.
+    pub fn retain(&self, mut live: impl FnMut(&str) -> bool) {
+        self.episodes().retain(|id, _| live(id));
+    }
+
+    pub fn totals(&self) -> Totals {
+        Totals {
+            episodes: self.episodes_total.load(Ordering::Relaxed),
+            inodes: self.inodes.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            walks: self.walks.load(Ordering::Relaxed),
+            walked: self.walked.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What was found and done, in words: the condition's message and the episode's log line.
+pub fn describe(project: u32, found: &Tally) -> String {
+    let mut parts = Vec::new();
+    if found.other_project > 0 {
+        let projects: Vec<String> = found.projects.iter().map(u32::to_string).collect();
+        parts.push(format!(
+            "{} inodes holding {} bytes were in another project than the volume's {project} \
+             (project {})",
+            found.other_project,
+            found.bytes,
+            projects.join(", ")
+        ));
+    }
+    if found.no_inherit > 0 {
+        parts.push(format!(
+            "{} directories had PROJINHERIT cleared",
+            found.no_inherit
+        ));
+    }
+    let mut text = format!(
+        "its files escaped its size: {}; {} set back, so the bytes count to the volume again",
+        parts.join(", and "),
+        found.repaired
+    );
+    if found.unrepaired > 0 {
+        text.push_str(&format!(
+            "; {} could not be set back ({})",
+            found.unrepaired,
+            found.first_error.as_deref().unwrap_or("unknown error")
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(other_project: u64, no_inherit: u64, bytes: u64) -> Tally {
+        Tally {
+            inodes: 10,
+            other_project,
+            no_inherit,
+            bytes,
+            repaired: other_project + no_inherit,
+            projects: (other_project > 0).then_some(0).into_iter().collect(),
+            ..Tally::default()
+        }
+    }
+
+    #[test]
+    fn an_episode_begins_once_continues_and_ends_on_the_first_clean_whole_pass() {
+        let escapes = Escapes::default();
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Clean);
+        assert_eq!(
+            escapes.record("v", 7, &found(2, 0, 8192), true),
+            Note::Began
+        );
+        assert_eq!(
+            escapes.record("v", 7, &found(1, 1, 4096), true),
+            Note::Continued
+        );
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Ended);
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Clean);
+        assert_eq!(escapes.record("v", 7, &found(1, 0, 1), true), Note::Began);
+        let totals = escapes.totals();
+        assert_eq!(
+            (totals.episodes, totals.inodes, totals.bytes),
+            (2, 5, 12289)
+        );
+        assert_eq!((totals.walks, totals.walked), (6, 60));
+    }
+
+    #[test]
+    fn a_clean_root_check_does_not_end_an_episode_a_dirty_one_begins_it() {
+        let escapes = Escapes::default();
+        assert_eq!(escapes.record("v", 7, &found(1, 1, 0), false), Note::Began);
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), false), Note::Clean);
+        assert!(escapes.condition("v").is_some(), "still under way");
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Ended);
+        assert_eq!(escapes.totals().walks, 1, "a root check is not a walk");
+    }
+
+    #[test]
+    fn episodes_are_per_volume() {
+        let escapes = Escapes::default();
+        assert_eq!(escapes.record("a", 7, &found(1, 0, 1), true), Note::Began);
+        assert_eq!(escapes.record("b", 8, &found(1, 0, 1), true), Note::Began);
+        assert_eq!(escapes.record("a", 7, &found(0, 0, 0), true), Note::Ended);
+        assert!(escapes.condition("a").is_none());
+        assert!(escapes.condition("b").is_some());
+        escapes.retain(|id| id != "b");
+        assert!(
+            escapes.condition("b").is_none(),
+            "a deleted volume's episode is dropped"
+        );
+    }
+
+    #[test]
+    fn the_condition_says_what_was_found_the_bytes_and_what_was_set_back() {
+        let escapes = Escapes::default();
+        escapes.record("v", 7, &found(3, 0, 1 << 20), true);
+        escapes.record("v", 7, &found(0, 2, 0), true);
+        let text = escapes.condition("v").expect("under way");
+        assert!(
+            text.contains("3 inodes holding 1048576 bytes")
+                && text.contains("volume's 7 (project 0)")
+                && text.contains("2 directories had PROJINHERIT cleared")
+                && text.contains("5 set back"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn what_could_not_be_set_back_is_said_with_its_error() {
+        let tally = Tally {
+            other_project: 1,
+            unrepaired: 1,
+            first_error: Some("FS_IOC_FSSETXATTR: EPERM".into()),
+            ..Tally::default()
+        };
+        let text = describe(7, &tally);
+        assert!(
+            text.contains("1 could not be set back (FS_IOC_FSSETXATTR: EPERM)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_pace_pauses_only_when_ahead_and_by_enough() {
+        let rate = 1000;
+        // 500 inodes are due after 0.5 s.
+        assert_eq!(
+            pause(500, rate, Duration::from_millis(100)),
+            Duration::from_millis(400)
+        );
+        assert_eq!(pause(500, rate, Duration::from_millis(600)), Duration::ZERO);
+        assert_eq!(pause(500, rate, Duration::from_millis(490)), Duration::ZERO);
+        assert_eq!(pause(0, rate, Duration::ZERO), Duration::ZERO);
+        // A rate of 0 is treated as 1 a second, never a division by zero.
+        assert_eq!(pause(1, 0, Duration::ZERO), Duration::from_secs(1));
+    }
+}
