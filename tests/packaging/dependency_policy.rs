@@ -19,11 +19,12 @@ fn section(toml: &str, name: &str) -> Vec<(String, String)> {
     for line in toml.lines().map(str::trim) {
         if line.starts_with('[') && line.ends_with(']') && !line.contains('=') {
             inside = line == header;
-        } else if inside && !line.starts_with('#') {
-            if let Some((key, value)) = line.split_once('=') {
-                let value = value.split(" #").next().unwrap_or_default();
-                out.push((key.trim().to_owned(), value.trim().to_owned()));
-            }
+        } else if inside
+            && !line.starts_with('#')
+            && let Some((key, value)) = line.split_once('=')
+        {
+            let value = value.split(" #").next().unwrap_or_default();
+            out.push((key.trim().to_owned(), value.trim().to_owned()));
         }
     }
     out
