@@ -458,6 +458,18 @@ mod tests {
         assert!(MountOptions::parse(&flags(&["rw"]), true).is_err());
     }
 
+    /// What the kubelet would send if the CSIDriver said `seLinuxMount: true`: a bind mount
+    /// shares its filesystem's label, so it cannot take one of its own.
+    #[test]
+    fn an_selinux_context_mount_flag_is_refused_since_a_bind_mount_has_its_filesystems_label() {
+        let context = "context=\"system_u:object_r:container_file_t:s0:c12,c34\"";
+        let err = MountOptions::parse(&flags(&[context]), false).unwrap_err();
+        assert!(
+            matches!(&err, OptionsError::Unsupported(f) if f == context),
+            "{err}"
+        );
+    }
+
     #[test]
     fn only_non_default_options_need_a_remount() {
         assert!(
