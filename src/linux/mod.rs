@@ -11,6 +11,7 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`priority`] — the calling thread lowered to idle I/O and nice 19 (background removal).
 //! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
 //!   volume's limit).
 //! - [`resolve`] — request paths resolved following only links root placed, and mount points
@@ -21,6 +22,7 @@ pub mod loopdev;
 pub mod mount;
 pub mod mountinfo;
 pub mod mountpoint;
+pub mod priority;
 pub mod privilege;
 pub mod quota;
 pub mod resolve;
