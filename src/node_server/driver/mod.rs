@@ -315,8 +315,12 @@ impl Driver {
             let attached = !self.found(record)?.ours.is_empty();
             return Ok(others.next().filter(|_| attached).cloned());
         }
-        let table = self.mounter.mount_table()?;
-        Ok(others.find(|p| table.mounted_at(p).is_some()).cloned())
+        for other in others {
+            if self.mounter.mount_at(other)?.is_some() {
+                return Ok(Some(other.clone()));
+            }
+        }
+        Ok(None)
     }
 
     // ---- Node service ----
