@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use csi_nodekit::node_server::state::layout::StateDir;
+use csi_nodekit::node_server::state::orphans::Orphans;
 use csi_nodekit::node_server::state::snapshots::{Snapshots, spread};
 use csi_nodekit::node_server::{Config, Plugin, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
@@ -190,7 +191,8 @@ async fn group(b: &mut Bench) {
     // same copies made in parallel threads instead.
     let dirs: Vec<PathBuf> = ids.iter().map(|id| b.state.volume(id)).collect();
     let spare = b.fs.path().join("spread");
-    let snapshots = Snapshots::open(&StateDir::open(&spare).expect("spare")).expect("open");
+    let snapshots =
+        Snapshots::open(&StateDir::open(&spare).expect("spare"), &Orphans::new()).expect("open");
     let (_, cuts) = snapshots.cut(&dirs).expect("cut back to back");
     let (serial, serial_longest) = window(&cuts);
     for cut in &cuts {

@@ -11,7 +11,8 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
-//! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work.
+//! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work
+//!   (the escape walk, removing what interrupted operations left).
 //! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
 //!   volume's limit).
 //! - [`resolve`] — request paths resolved following only links root placed, and mount points

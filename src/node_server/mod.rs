@@ -286,6 +286,8 @@ pub async fn serve(
     shutdown: Shutdown,
 ) -> Result<(), BoxError> {
     let driver = plugin.driver;
+    // The listener is bound: calls are answered while what interrupted operations left goes.
+    let _orphans = driver.remove_orphans_in_background();
     let max = field_limits::MAX_REQUEST;
     let identity = IdentityServer::new(identity::IdentityService(Arc::clone(&driver)));
     let node = NodeServer::new(node::NodeService(Arc::clone(&driver)));

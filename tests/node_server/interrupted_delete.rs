@@ -109,6 +109,15 @@ async fn a_deletion_left_half_done_is_finished_at_the_next_start() {
         "start-up finished the deletion"
     );
     assert!(!state.join(format!("meta/{id}.json")).exists());
-    assert_eq!(listed(&mut csi).await, vec![kept]);
+    assert_eq!(listed(&mut csi).await, vec![kept.clone()]);
+    // What was left of its data goes in the background.
+    let only_kept = || {
+        let names: Vec<_> = (std::fs::read_dir(state.join("volumes")).unwrap())
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names == [kept.clone()]
+    };
+    let gone = crate::common::wait_until(std::time::Duration::from_secs(30), only_kept).await;
+    assert!(gone, "what was left of the volume's data was never removed");
     server.stop().await;
 }

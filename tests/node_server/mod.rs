@@ -17,6 +17,7 @@ mod lifecycle;
 mod modify;
 mod mount_table;
 mod node_errors;
+mod orphans;
 mod oversize_requests;
 mod own_paths;
 // `fault_suite::private_state` starts node-server the same way and checks the same modes.

@@ -1,6 +1,7 @@
 //! The real binary killed with SIGKILL in the middle of a snapshot and in the middle of a
 //! restore, and started again on the same state directory (ext4 on a loop device): no snapshot
-//! or volume claims the interrupted copy, what it left is removed, and the same call succeeds.
+//! or volume claims the interrupted copy, what it left loses its name before anything is
+//! served and is removed in the background, and the same call succeeds.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +13,24 @@ use crate::common::csi_snapshots::*;
 use crate::common::scratch_fs::{Kind, ScratchFs};
 use crate::common::tree_fixture;
 use crate::common::{self, KillOnDrop};
+
+/// The names in `dir` that are not leftovers set aside for removal.
+fn named(dir: &Path) -> Vec<String> {
+    let mut names = names(dir);
+    names.retain(|n| !n.starts_with(".orphan-"));
+    names
+}
+
+/// Waits for the leftovers set aside in `dir` to be removed.
+async fn orphans_gone(dir: &Path, child: &KillOnDrop) {
+    let gone = common::wait_until(Duration::from_secs(30), || named(dir) == names(dir)).await;
+    assert!(
+        gone,
+        "orphans left in {}: {}",
+        dir.display(),
+        child.stderr()
+    );
+}
 
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -78,10 +97,11 @@ async fn a_server_killed_mid_snapshot_or_mid_restore_restarts_clean_and_the_call
         "no snapshot claims the interrupted copy"
     );
     assert_eq!(
-        names(&snapshots),
+        named(&snapshots),
         Vec::<String>::new(),
-        "the partial copy is removed"
+        "the partial copy lost its name before anything was served"
     );
+    orphans_gone(&snapshots, &child).await;
     assert_eq!(names(&state.join("snapshot-meta")), Vec::<String>::new());
     let snapshot = csi.snapshot("snap", &id).await;
     assert!(snapshot.ready_to_use);
@@ -111,10 +131,11 @@ async fn a_server_killed_mid_snapshot_or_mid_restore_restarts_clean_and_the_call
         "no volume claims the interrupted restore"
     );
     assert_eq!(
-        names(&volumes),
+        named(&volumes),
         vec![id.clone()],
-        "its directory is removed"
+        "its directory lost its name before anything was served"
     );
+    orphans_gone(&volumes, &child).await;
     let restored = csi
         .create_from(from_snapshot("restored", 0, &snapshot.snapshot_id))
         .await;

@@ -285,6 +285,21 @@ pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
     Ok(removed)
 }
 
+/// The temporary names in `dir` that interrupted copies left (not those of copies this
+/// process is making now), for a caller that removes them later.
+pub fn partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
+    let parent = File::open(dir).map_err(error::at("open", dir))?;
+    let names = sys::read_names(parent.as_fd()).map_err(errno_at("read directory", dir))?;
+    Ok(names
+        .into_iter()
+        .filter(|name| {
+            name.as_encoded_bytes()
+                .starts_with(partial::PREFIX.as_bytes())
+                && !partial::is_active(name)
+        })
+        .collect())
+}
+
 /// Removes `path` and everything under it without following symlinks; refuses to descend into
 /// another mount (`CopyError::MountPoint`). For deleting snapshots. A missing path is success.
 pub fn remove_tree(path: &Path) -> Result<(), CopyError> {

@@ -22,6 +22,7 @@ use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
 use crate::node_server::state::escapes::Escapes;
 use crate::node_server::state::layout::{StateDir, StateDirError};
+use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::owner::{Owner, OwnerError};
 use crate::node_server::state::snapshots::Snapshots;
 use crate::node_server::state::sources::Sources;
@@ -46,6 +47,8 @@ pub struct Driver {
     pub(super) sources: Arc<Sources>,
     /// Files found out of their volume's project quota, per volume.
     pub(super) escapes: Escapes,
+    /// Leftovers of interrupted operations, set aside at open, removed once serving.
+    orphans: Orphans,
     /// The state directory is ours alone while this is held.
     _owner: Owner,
 }
@@ -140,12 +143,16 @@ impl Driver {
         let data_dir = Volumes::create_data_dir(&state_dir)?;
         let quotas = VolumeQuotas::start(data_dir, config.quota)?;
         let volumes = Volumes::open_with(&state_dir, config.capacity, config.overcommit, quotas)?;
-        volumes.remove_unrecorded()?;
-        match mounter.mount_table() {
-            Ok(table) => volumes.finish_deletes(&table),
-            Err(e) => log::error!("interrupted deletions left for DeleteVolume: {e}"),
+        let orphans = Orphans::new();
+        volumes.set_aside_unrecorded(&orphans)?;
+        // The mount table is read only when a deletion is to be finished.
+        if volumes.has_marked_deletions() {
+            match mounter.mount_table() {
+                Ok(table) => volumes.finish_deletes(&table, &orphans),
+                Err(e) => log::error!("interrupted deletions left for DeleteVolume: {e}"),
+            }
         }
-        let snapshots = Snapshots::open(&state_dir)?;
+        let snapshots = Snapshots::open(&state_dir, &orphans)?;
         volumes.charge_loaded(snapshots.total_bytes());
         Ok(Self {
             config,
@@ -156,8 +163,15 @@ impl Driver {
             snapshots,
             sources: Sources::new(),
             escapes: Escapes::default(),
+            orphans,
             _owner: owner,
         })
+    }
+
+    /// Starts removing what interrupted operations left (set aside at open) on a background
+    /// thread; run once the socket serves. `None` when there was nothing.
+    pub fn remove_orphans_in_background(&self) -> Option<std::thread::JoinHandle<()>> {
+        self.orphans.remove_in_background()
     }
 
     /// Takes the lock on `key` (a volume ID, or `name/<name>`), then runs `work` on the
@@ -295,6 +309,7 @@ impl Driver {
 
     /// Another staging path the volume is staged at still: recorded, and still mounted (a
     /// block volume: still on a device of ours). A record a reboot outdated does not count.
+    /// Each recorded path is asked by itself (statx), not the whole mount table.
     fn staged_elsewhere(
         &self,
         record: &Record,
@@ -305,8 +320,12 @@ impl Driver {
             let attached = !self.found(record)?.ours.is_empty();
             return Ok(others.next().filter(|_| attached).cloned());
         }
-        let table = self.mounter.mount_table()?;
-        Ok(others.find(|p| table.mounted_at(p).is_some()).cloned())
+        for other in others {
+            if self.mounter.mount_at(other)?.is_some() {
+                return Ok(Some(other.clone()));
+            }
+        }
+        Ok(None)
     }
 
     // ---- Node service ----

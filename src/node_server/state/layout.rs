@@ -14,7 +14,10 @@
 //! In a record directory, `.tmp-<id>.json` is a record being written (renamed over
 //! `<id>.json` when complete); IDs never start with a dot, so the two cannot collide. In
 //! `volumes/` and `snapshots/`, `.partial-<pid>-<n>-<id>` is a copy being built: that name is
-//! the copy engine's own ([`crate::linux::copy`]), the same beside any destination.
+//! the copy engine's own ([`crate::linux::copy`]), the same beside any destination. Also in
+//! `volumes/` and `snapshots/`, `.orphan-<hex>` is what an interrupted operation left (a copy's
+//! temporary tree, a directory without a record), set aside at start-up under a name no ID can
+//! have and removed in the background ([`super::orphans`]).
 //!
 //! These names are the on-disk format: existing nodes have them, so they never change.
 //!
@@ -38,6 +41,8 @@ const OWNER_LOCK: &str = "node-server.lock";
 const BLOCK_IMAGE: &str = "volume.img";
 const RECORD_SUFFIX: &str = ".json";
 const TEMP_PREFIX: &str = ".tmp-";
+/// Leftovers set aside for removal; IDs never start with a dot, so none can be claimed.
+const ORPHAN_PREFIX: &str = ".orphan-";
 
 /// The state directory could not be created or resolved.
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +194,17 @@ fn private_dir_builder() -> std::fs::DirBuilder {
     builder
 }
 
+/// The name a leftover is set aside under in its data directory, `tag` making it unique.
+pub fn orphan_name(tag: &str) -> String {
+    format!("{ORPHAN_PREFIX}{tag}")
+}
+
+/// Whether an entry of a data directory is a leftover set aside for removal.
+pub fn is_orphan(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes()
+        .starts_with(ORPHAN_PREFIX.as_bytes())
+}
+
 /// A block volume's file in `dir`, a volume's directory (or a copy of one being filled).
 pub fn block_image_in(dir: &Path) -> PathBuf {
     dir.join(BLOCK_IMAGE)
@@ -305,6 +321,12 @@ mod tests {
             "/var/lib/csi-nodekit/node-server.lock"
         );
         assert_eq!(at(state.snapshot_data()), "/var/lib/csi-nodekit/snapshots");
+        assert_eq!(orphan_name("0a1b"), ".orphan-0a1b");
+        assert!(is_orphan(std::ffi::OsStr::new(".orphan-0a1b")));
+        assert!(
+            volume_id_problem(&orphan_name("x")).is_some(),
+            "never an ID"
+        );
     }
 
     #[test]

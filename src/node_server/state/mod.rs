@@ -2,6 +2,8 @@
 //! atomically, and what lives beside them in memory (per-volume locks, copy sources in use).
 //!
 //! - [`layout`] — the state directory as one value: every name under `--state-dir`.
+//! - [`orphans`] — what interrupted operations left, set aside at start-up under names no
+//!   ID can have and removed in the background.
 //! - [`owner`] — the exclusive lock that makes one node-server the directory's only user.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
 //! - [`volumes`] — the volumes this node owns: records, data directories, capacity accounting,
@@ -20,6 +22,7 @@ pub mod attributes;
 pub mod capacity;
 pub mod escapes;
 pub mod layout;
+pub mod orphans;
 pub mod owner;
 pub mod snapshots;
 pub(crate) mod sources;

@@ -15,6 +15,7 @@ use crate::linux::quota::QuotaError;
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::capacity;
 use crate::node_server::state::layout::StateDir;
+use crate::node_server::state::orphans::Orphans;
 pub use crate::node_server::state::store::{ContentSource, Record};
 use crate::node_server::state::store::{Store, StoreError, sync_dir};
 use crate::node_server::state::volume_quota::{Hold, LimitKept, VolumeQuotas};
@@ -449,12 +450,13 @@ impl Volumes {
         inner.charged = inner.charged.saturating_sub(bytes);
     }
 
-    /// Removes volume directories that have no record file: creates (and restores, clones)
-    /// that a crash interrupted before their record, which nobody was ever told about. A
-    /// directory whose record exists but cannot be read is kept; removal never crosses a mount.
-    /// Run at start-up, before anything is served.
-    pub fn remove_unrecorded(&self) -> Result<(), VolumeError> {
+    /// Sets aside for removal volume directories that have no record file: creates (and
+    /// restores, clones) that a crash interrupted before their record, which nobody was ever
+    /// told about. A directory whose record exists but cannot be read is kept. Run at start-up,
+    /// before anything is served: one rename each, so no call can find them however large.
+    pub fn set_aside_unrecorded(&self, orphans: &Orphans) -> Result<(), VolumeError> {
         let data_dir = self.state.volume_data();
+        orphans.resume(data_dir).map_err(io("list", data_dir))?;
         let names = std::fs::read_dir(data_dir).map_err(io("list", data_dir))?;
         for entry in names {
             let entry = entry.map_err(io("list", data_dir))?;
@@ -465,10 +467,9 @@ impl Volumes {
             {
                 continue;
             }
-            let dir = self.path_of(id);
-            log::info!("removing {}: its create was interrupted", dir.display());
-            if let Err(e) = crate::linux::copy::remove_tree(&dir) {
-                log::error!("could not remove {}: {e}", dir.display());
+            log::info!("volume directory {id} has no record: its create was interrupted");
+            if let Err(e) = orphans.set_aside(data_dir, &name) {
+                log::error!("could not set aside volume directory {id}: {e}");
             }
         }
         Ok(())
@@ -584,15 +585,31 @@ impl Volumes {
         Ok(())
     }
 
+    /// Whether a deletion a crash interrupted is waiting for [`Self::finish_deletes`].
+    pub fn has_marked_deletions(&self) -> bool {
+        self.inner().records.values().any(|r| r.deleting)
+    }
+
     /// Finishes the deletions a crash or a file that could not be removed interrupted: run at
-    /// start-up, before anything is served. One that still cannot finish is logged and left to
-    /// the next DeleteVolume.
-    pub fn finish_deletes(&self, table: &MountTable) {
+    /// start-up, before anything is served. What is left of a directory nothing is mounted on
+    /// or from is set aside for `orphans` to remove in the background (one rename), and the
+    /// record goes at once; its project ID stays unused while files still charge it (the
+    /// allocator skips IDs with a quota record). One that still cannot finish is logged and
+    /// left to the next DeleteVolume.
+    pub fn finish_deletes(&self, table: &MountTable, orphans: &Orphans) {
         let marked: Vec<String> = (self.inner().records.values())
             .filter(|r| r.deleting)
             .map(|r| r.id.clone())
             .collect();
         for id in marked {
+            let dir = self.path_of(&id);
+            let unused = dir.exists() && matches!(table.first_user(&dir), Ok(None));
+            if unused
+                && let Err(e) =
+                    orphans.set_aside(self.state.volume_data(), std::ffi::OsStr::new(&id))
+            {
+                log::error!("could not set aside what is left of volume {id}: {e}");
+            }
             match self.delete(&id, table) {
                 Ok(()) => log::info!("finished deleting volume {id}"),
                 Err(e) => log::error!("could not finish deleting volume {id}: {e}"),

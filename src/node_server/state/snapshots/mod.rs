@@ -5,9 +5,10 @@
 //! A snapshot exists, and is ready to use, once its record does: the copy is complete and
 //! durable before the record is written ([`take`]), and a group's record is written after
 //! every member's. Deletion goes the other way (record first, then data). So after a crash at
-//! any point, start-up ([`Snapshots::open`]) finds only these leftovers, and removes them:
-//! partial copies (temporary names), data without a record file, and the members of a group
-//! whose record is missing (a group cut or deleted only in part, never reported to anyone).
+//! any point, start-up ([`Snapshots::open`]) finds only these leftovers, and sets their data
+//! aside for removal in the background ([`Orphans`]): partial copies (temporary names), data
+//! without a record file, and the members of a group whose record is missing (a group cut or
+//! deleted only in part, never reported to anyone; their records are removed at once).
 
 mod error;
 pub mod records;
@@ -20,6 +21,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use crate::linux::copy;
 use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::layout::volume_id_problem;
+use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::store::{self, Store};
 use crate::node_server::state::volumes::VolumeError;
 pub use error::SnapshotError;
@@ -59,8 +61,8 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Sn
 
 impl Snapshots {
     /// Opens the snapshot directories of the state directory (creating them), loads every
-    /// record and removes what interrupted operations left.
-    pub fn open(state: &StateDir) -> Result<Self, SnapshotError> {
+    /// record and sets aside what interrupted operations left, for `orphans` to remove.
+    pub fn open(state: &StateDir, orphans: &Orphans) -> Result<Self, SnapshotError> {
         let data_dir = state.snapshot_data();
         std::fs::create_dir_all(data_dir).map_err(io("create", data_dir))?;
         let (store, snapshots) = Store::<Snapshot>::open(state.snapshot_records().clone())?;
@@ -71,7 +73,7 @@ impl Snapshots {
             groups,
             inner: Mutex::default(),
         };
-        this.recover(snapshots, loaded_groups)?;
+        this.recover(snapshots, loaded_groups, orphans)?;
         let inner = this.inner();
         log::info!(
             "loaded {} snapshot(s) and {} group snapshot(s)",
@@ -82,11 +84,23 @@ impl Snapshots {
         Ok(this)
     }
 
-    fn recover(&self, snapshots: Vec<Snapshot>, groups: Vec<Group>) -> Result<(), SnapshotError> {
+    fn recover(
+        &self,
+        snapshots: Vec<Snapshot>,
+        groups: Vec<Group>,
+        orphans: &Orphans,
+    ) -> Result<(), SnapshotError> {
         let data_dir = self.state.snapshot_data();
-        let partials = copy::remove_partials(data_dir).map_err(SnapshotError::Remove)?;
+        orphans.resume(data_dir).map_err(io("list", data_dir))?;
+        let set_aside = |name: &std::ffi::OsStr| {
+            if let Err(e) = orphans.set_aside(data_dir, name) {
+                log::error!("could not set aside {}: {e}", data_dir.join(name).display());
+            }
+        };
+        let partials = copy::partials(data_dir).map_err(SnapshotError::Remove)?;
         for name in partials {
-            log::info!("removed an interrupted snapshot copy {name:?}");
+            log::info!("found an interrupted snapshot copy {name:?}");
+            set_aside(&name);
         }
         let mut inner = self.inner();
         for snapshot in snapshots {
@@ -95,7 +109,8 @@ impl Snapshots {
                 && !self.groups.has_file(group)
             {
                 log::info!("removing snapshot {id}: its group snapshot {group} was not completed");
-                self.discard(&id)?;
+                self.store.remove(&id)?;
+                set_aside(std::ffi::OsStr::new(&id));
             } else if !self.path_of(&id).is_dir() {
                 log::error!("snapshot {id} has no data; not offered (its record is left in place)");
             } else {
@@ -120,9 +135,7 @@ impl Snapshots {
             let Some(id) = name.to_str() else { continue };
             if volume_id_problem(id).is_none() && !self.store.has_file(id) {
                 log::info!("removing snapshot data {id}: its record was never written");
-                if let Err(e) = copy::remove_tree(&self.path_of(id)) {
-                    log::error!("could not remove snapshot data {id}: {e}");
-                }
+                set_aside(&name);
             }
         }
         Ok(())

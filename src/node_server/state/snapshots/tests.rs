@@ -18,7 +18,14 @@ fn snapshot(id: &str, source: &str, group: Option<&str>) -> Snapshot {
 }
 
 fn open(state: &tempfile::TempDir) -> Snapshots {
-    Snapshots::open(&StateDir::open(state.path()).unwrap()).unwrap()
+    open_setting_aside(state).0
+}
+
+/// Opened, with what start-up set aside (not removed yet).
+fn open_setting_aside(state: &tempfile::TempDir) -> (Snapshots, Orphans) {
+    let orphans = Orphans::new();
+    let snapshots = Snapshots::open(&StateDir::open(state.path()).unwrap(), &orphans).unwrap();
+    (snapshots, orphans)
 }
 
 /// A snapshot's data, as a cut leaves it.
@@ -80,7 +87,7 @@ fn committed_snapshots_and_groups_are_loaded_back_and_listed_in_pages() {
 }
 
 #[test]
-fn start_up_removes_partial_copies_unrecorded_data_and_members_of_unfinished_groups() {
+fn start_up_sets_aside_partial_copies_unrecorded_data_and_members_of_unfinished_groups() {
     let state = tempfile::tempdir().unwrap();
     let snapshots = open(&state);
     // A copy killed midway: a temporary name from another (dead) process.
@@ -105,15 +112,28 @@ fn start_up_removes_partial_copies_unrecorded_data_and_members_of_unfinished_gro
     snapshots.commit(std::slice::from_ref(&good), None).unwrap();
     drop(snapshots);
 
-    let snapshots = open(&state);
+    let (snapshots, orphans) = open_setting_aside(&state);
     let listed: Vec<Snapshot> = snapshots.page(Filter::default(), None, 0).0;
     assert_eq!(listed, vec![good]);
-    let mut left: Vec<String> = fs::read_dir(snapshots.state.snapshot_data())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+    let left = || {
+        let mut left: Vec<String> = fs::read_dir(snapshots.state.snapshot_data())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        left
+    };
+    let named: Vec<String> = (left().into_iter())
+        .filter(|n| !n.starts_with(".orphan-"))
         .collect();
-    left.sort();
-    assert_eq!(left, ["snap-good"]);
+    assert_eq!(
+        named,
+        ["snap-good"],
+        "only orphan names besides it, at once"
+    );
+    assert_eq!(orphans.len(), 4);
+    orphans.remove_in_background().unwrap().join().unwrap();
+    assert_eq!(left(), ["snap-good"]);
     for id in ["snap-m1", "snap-m2"] {
         assert!(!snapshots.store.has_file(id), "{id}'s record is gone too");
     }

@@ -228,7 +228,7 @@ fn snapshot_bytes_count_against_the_total_and_are_refused_beyond_it() {
 }
 
 #[test]
-fn directories_whose_create_never_reached_a_record_are_removed_at_start_up() {
+fn directories_whose_create_never_reached_a_record_are_set_aside_at_start_up_then_removed() {
     let (dir, volumes) = open(None);
     volumes.create(record("v1", 1)).unwrap();
     let state = state_dir(&dir);
@@ -239,8 +239,21 @@ fn directories_whose_create_never_reached_a_record_are_removed_at_start_up() {
     std::fs::write(state.volume_records().record("vol-unreadable"), b"{").unwrap();
     drop(volumes);
     let volumes = Volumes::open(&state, None).unwrap();
-    volumes.remove_unrecorded().unwrap();
-    assert!(!orphan.exists());
+    let orphans = Orphans::new();
+    volumes.set_aside_unrecorded(&orphans).unwrap();
+    assert!(
+        !orphan.exists(),
+        "its name is free before anything is served"
+    );
+    assert_eq!(orphans.len(), 1);
+    orphans.remove_in_background().unwrap().join().unwrap();
+    let names: Vec<_> = (std::fs::read_dir(state.volume_data()).unwrap())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.starts_with(".orphan-")),
+        "{names:?}"
+    );
     assert!(unreadable.exists(), "its record exists, even if unreadable");
     assert!(volumes.path_of("v1").exists());
 }
