@@ -14,6 +14,7 @@
 #                  the table already has is measured as it is)
 #   STARTUP_RECORDS volume records for the start-up figure (default 1000; 0 skips it)
 #   NODEKIT_BIN    the binary to measure (default: the static release build, built here)
+#   BENCH_EXAMPLES where the benchmark clients are (default: the static release build's)
 #   BASELINE_BIN   a second binary, measured the same way right after the first at each size
 #                  (say, a build of main), so before and after share one run and one load
 set -euo pipefail
@@ -26,9 +27,11 @@ if [[ "${BENCH_NODE_SCALE_UNSHARED:-}" != 1 ]]; then
 fi
 
 bin="${NODEKIT_BIN:-${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/csi-nodekit}"
-examples="${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/examples"
+examples="${BENCH_EXAMPLES:-${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/examples}"
 scratch=$(mktemp -d)
-trap 'umount -R -l "$scratch" 2>/dev/null || true; rm -rf "$scratch"' EXIT
+# The added mounts live inside one tmpfs of our own, so one lazy unmount takes them all.
+mount -n -t tmpfs -o size=1m,mode=0755 nodescale "$scratch"
+trap 'umount -l "$scratch"; rmdir "$scratch"' EXIT
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
