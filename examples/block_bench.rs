@@ -7,7 +7,9 @@
 //! Runs the real binary (as `node_server_bench` finds it), with its state directory under
 //! `BENCH_DIR` (default: the system's temporary directory). Needs root in a private mount
 //! namespace; `scripts/bench-node-server.sh` sets that up. `BENCH_SECONDS` sets the time per
-//! level (default 3).
+//! level (default 3). `--scale` prints what `scripts/bench-node-scale.sh` compares at each size
+//! of the mount table: read-write pairs at concurrency 1 and 8 and the floor of a pair (its
+//! syscalls alone, one thread, on a loop device of its own).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use tonic::transport::Channel;
 
 #[path = "../benches/support/mod.rs"]
 mod support;
+use support::floor::{self, Rate};
 use support::{binary, mb, memory_kib};
 
 fn capability() -> VolumeCapability {
@@ -102,7 +105,7 @@ async fn run_level(
     dir: &Path,
     readonly: bool,
     seconds: f64,
-) -> (f64, Duration, Duration) {
+) -> Rate {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
     let tasks: Vec<_> = (volumes.iter().cloned().enumerate())
@@ -124,10 +127,7 @@ async fn run_level(
     for task in tasks {
         all.extend(task.await.expect("worker"));
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    let at = |p: f64| all[((all.len() as f64 - 1.0) * p).round() as usize];
-    (all.len() as f64 / elapsed, at(0.5), at(0.99))
+    Rate::of(all, started.elapsed())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
@@ -141,6 +141,9 @@ async fn main() {
         .unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(base).expect("temp dir");
     let dir = tmp.path().canonicalize().expect("resolve");
+    if std::env::args().nth(1).as_deref() == Some("--scale") {
+        return scale(&dir, seconds).await;
+    }
     let bin = binary();
     let (server, channel) = support::node_server(&dir).await;
     let pid = server.0.id();
@@ -189,14 +192,14 @@ async fn main() {
             v
         };
         for readonly in [false, true] {
-            let (rate, p50, p99) = run_level(&volumes, &clients, &dir, readonly, seconds).await;
+            let rate = run_level(&volumes, &clients, &dir, readonly, seconds).await;
             println!(
                 "{:<14}{:<12}{:>12.0}{:>12.2?}{:>12.2?}{:>12}",
                 workers,
                 if readonly { "read-only" } else { "read-write" },
-                rate,
-                p50,
-                p99,
+                rate.per_second,
+                rate.p50,
+                rate.p99,
                 mb(memory_kib(pid).0)
             );
         }
@@ -214,4 +217,44 @@ async fn main() {
         c.controller.delete_volume(delete).await.expect("delete");
     }
     drop(server);
+}
+
+/// Read-write pairs at concurrency 1 and 8, then the floor: the same syscalls alone on a loop
+/// device attached here, after node-server is gone.
+async fn scale(dir: &Path, seconds: f64) {
+    let (server, channel) = support::node_server(dir).await;
+    let mut c = Clients {
+        node: NodeClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+    };
+    let mut pairs = Vec::new();
+    let mut all = Vec::new();
+    for workers in [1, 8] {
+        let mut volumes = Vec::new();
+        for i in 0..workers {
+            volumes.push(staged_volume(&mut c, dir, &format!("c{workers}-{i}")).await);
+        }
+        let rate = run_level(&volumes, &c, dir, false, seconds).await;
+        println!("block publish+unpublish pairs, c={workers}: {rate}");
+        pairs.push(rate);
+        all.extend(volumes);
+    }
+    for (id, staging) in &all {
+        let unstage = c.node.node_unstage_volume(unstage_request(id, staging));
+        unstage.await.expect("unstage");
+    }
+    drop(server);
+    use csi_nodekit::linux::loopdev;
+    let image = dir.join("floor-image");
+    loopdev::create_backing_file(&image, 64 << 20).expect("image");
+    let device = loopdev::attach(&image, loopdev::AttachOptions::default()).expect("attach");
+    let floor = tokio::task::block_in_place(|| floor::block(dir, &device.device.path(), seconds));
+    loopdev::detach(device.device, &image).expect("detach");
+    println!(
+        "block kernel floor (create, bind the device node, umount, unlink; one thread): {floor}"
+    );
+    println!(
+        "block c=1 pairs are {:.0} % of their floor",
+        100.0 * pairs[0].per_second / floor.per_second
+    );
 }

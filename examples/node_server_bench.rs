@@ -1,7 +1,13 @@
 //! Figures for `node-server`, printed (not asserted): resident memory idle, after a volume
 //! lifecycle, after a handful of hostile requests (1–4 MB names and contexts) and after load;
 //! and NodePublish+NodeUnpublish pairs per second with real bind
-//! mounts at concurrency 1, 8 and 32 (each worker on its own staged volume).
+//! mounts at concurrency 1, 8 and 32 (each worker on its own staged volume, unstaged and
+//! deleted after its level, so each level starts from the same mount table).
+//!
+//! `--scale` prints what `scripts/bench-node-scale.sh` compares at each size of the mount
+//! table: the pairs, NodeGetVolumeStats latency and the kernel's floor (the pair's syscalls
+//! alone). `--startup N` times node-server's start, to its first GetPluginInfo answered, with
+//! N volume records in its state directory.
 //!
 //! Runs the real binary: the static release build if present (`scripts/build-static.sh`),
 //! else `target/release/csi-nodekit`; `NODEKIT_BIN` overrides. Needs root in a private mount
@@ -19,6 +25,7 @@ use tonic::transport::Channel;
 
 #[path = "../benches/support/mod.rs"]
 mod support;
+use support::floor::{self, Rate};
 use support::{binary, mb, memory_kib, threads};
 
 fn capability() -> VolumeCapability {
@@ -89,13 +96,9 @@ async fn pair(c: &mut Clients, id: &str, staging: &Path, target: &Path) {
         .expect("unpublish");
 }
 
-/// Runs `workers` loops of publish+unpublish for `seconds`; returns pairs/s, p50 and p99.
-async fn run_level(
-    c: &Clients,
-    dir: &Path,
-    workers: usize,
-    seconds: f64,
-) -> (f64, Duration, Duration) {
+/// Runs `workers` loops of publish+unpublish for `seconds`, each on a volume of its own,
+/// unstaged and deleted afterwards.
+async fn run_level(c: &Clients, dir: &Path, workers: usize, seconds: f64) -> Rate {
     let mut volumes = Vec::new();
     for i in 0..workers {
         let mut c = c.clone();
@@ -103,9 +106,7 @@ async fn run_level(
     }
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
-    let tasks: Vec<_> = volumes
-        .into_iter()
-        .enumerate()
+    let tasks: Vec<_> = (volumes.iter().cloned().enumerate())
         .map(|(i, (id, staging))| {
             let mut c = c.clone();
             let target = dir.join(format!("target-{workers}-{i}"));
@@ -124,10 +125,30 @@ async fn run_level(
     for task in tasks {
         all.extend(task.await.expect("worker"));
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    let at = |p: f64| all[((all.len() as f64 - 1.0) * p).round() as usize];
-    (all.len() as f64 / elapsed, at(0.5), at(0.99))
+    let rate = Rate::of(all, started.elapsed());
+    let mut c = c.clone();
+    for (id, staging) in volumes {
+        remove_volume(&mut c, id, &staging).await;
+    }
+    rate
+}
+
+/// Unstages and deletes a volume.
+async fn remove_volume(c: &mut Clients, id: String, staging: &Path) {
+    c.node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await
+        .expect("unstage");
+    c.controller
+        .delete_volume(DeleteVolumeRequest {
+            volume_id: id,
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
 }
 
 /// Sixteen requests of 1–4 MB (names, volume contexts; the last eight at once), as a careless
@@ -175,6 +196,21 @@ async fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] => all(seconds).await,
+        ["--scale"] => scale(seconds).await,
+        ["--startup", records] => startup(records.parse().expect("--startup N")).await,
+        ["--pairs", pairs] => just_pairs(pairs.parse().expect("--pairs N")).await,
+        _ => {
+            eprintln!("usage: node_server_bench [--scale | --startup N | --pairs N]");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Every figure of `scripts/bench-node-server.sh`.
+async fn all(seconds: f64) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().canonicalize().expect("resolve");
     let bin = binary();
@@ -204,20 +240,7 @@ async fn main() {
         })
         .await
         .expect("stats");
-    c.node
-        .node_unstage_volume(NodeUnstageVolumeRequest {
-            volume_id: id.clone(),
-            staging_target_path: staging.display().to_string(),
-        })
-        .await
-        .expect("unstage");
-    c.controller
-        .delete_volume(DeleteVolumeRequest {
-            volume_id: id,
-            ..Default::default()
-        })
-        .await
-        .expect("delete");
+    remove_volume(&mut c, id, &staging).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after_lifecycle = memory_kib(pid);
     let mut answers = hostile(&clients, &dir).await;
@@ -255,13 +278,13 @@ async fn main() {
         "concurrency", "pairs/s", "p50", "p99", "threads", "VmRSS"
     );
     for workers in [1, 8, 32] {
-        let (rate, p50, p99) = run_level(&clients, &dir, workers, seconds).await;
+        let rate = run_level(&clients, &dir, workers, seconds).await;
         println!(
             "{:<14}{:>14.0}{:>12.2?}{:>12.2?}{:>10}{:>12}",
             workers,
-            rate,
-            p50,
-            p99,
+            rate.per_second,
+            rate.p50,
+            rate.p99,
             threads(pid),
             mb(memory_kib(pid).0)
         );
@@ -295,10 +318,149 @@ async fn main() {
         started.elapsed() / reads
     );
     drop(server);
-    // The server was killed with its volumes staged: unmount what it left in our namespace.
+    unmount_under(&dir);
+}
+
+/// What `scripts/bench-node-scale.sh` prints at one size of the mount table: pairs at
+/// concurrency 1, 8 and 32, NodeGetVolumeStats of a published volume one call after another,
+/// and the floor of a pair (its syscalls alone, one thread), each for `seconds`.
+async fn scale(seconds: f64) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().canonicalize().expect("resolve");
+    let (server, channel) = support::node_server(&dir).await;
+    let clients = Clients {
+        node: NodeClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+    };
+    let pid = server.0.id();
+    let mut pairs = Vec::new();
+    for workers in [1, 8, 32] {
+        let cpu = support::cpu_time(pid);
+        let started = Instant::now();
+        let rate = run_level(&clients, &dir, workers, seconds).await;
+        let cpu = support::cpu_time(pid).saturating_sub(cpu).as_secs_f64();
+        // The level's own stage, unstage, create and delete calls are in the CPU time too.
+        let share = cpu / started.elapsed().as_secs_f64();
+        println!(
+            "publish+unpublish pairs, c={workers}: {rate}; server on CPU {:.0} µs a pair \
+             ({share:.2} cores)",
+            cpu * 1e6 / rate.count as f64
+        );
+        pairs.push(rate);
+    }
+    let mut c = clients.clone();
+    let (id, staging) = staged_volume(&mut c, &dir, "stats").await;
+    let target = dir.join("stats-target");
+    let publish = NodePublishVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(capability()),
+        ..Default::default()
+    };
+    c.node.node_publish_volume(publish).await.expect("publish");
+    let request = NodeGetVolumeStatsRequest {
+        volume_id: id.clone(),
+        volume_path: target.display().to_string(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(seconds);
+    let mut latencies = Vec::new();
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        let reply = c.node.node_get_volume_stats(request.clone()).await;
+        reply.expect("stats");
+        latencies.push(t.elapsed());
+    }
+    println!(
+        "NodeGetVolumeStats, one after another: {}",
+        Rate::of(latencies, started.elapsed())
+    );
+    drop(server);
+    unmount_under(&dir);
+    let floor = tokio::task::block_in_place(|| floor::directory(&dir, seconds));
+    println!("kernel floor (mkdir, bind, umount, rmdir; one thread): {floor}");
+    println!(
+        "c=1 pairs are {:.0} % of the floor; c=32 is {:.2}x c=8",
+        100.0 * pairs[0].per_second / floor.per_second,
+        pairs[2].per_second / pairs[1].per_second
+    );
+}
+
+/// Exactly `pairs` publish+unpublish pairs, one after another, on one staged volume: for
+/// counting what one pair costs the server (`strace -c`, `perf stat` through `NODEKIT_BIN`).
+async fn just_pairs(pairs: u32) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().canonicalize().expect("resolve");
+    let (server, channel) = support::node_server(&dir).await;
+    let mut c = Clients {
+        node: NodeClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+    };
+    let (id, staging) = staged_volume(&mut c, &dir, "pairs").await;
+    let target = dir.join("pairs-target");
+    let started = Instant::now();
+    for _ in 0..pairs {
+        pair(&mut c, &id, &staging, &target).await;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{pairs} pairs in {elapsed:.2?}: {:.0} µs each",
+        elapsed.as_secs_f64() * 1e6 / f64::from(pairs)
+    );
+    remove_volume(&mut c, id, &staging).await;
+    drop(server);
+}
+
+/// Creates `records` volumes, then starts node-server on their state directory three times:
+/// the time from spawning it to its first GetPluginInfo answered, median and each run.
+async fn startup(records: usize) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().canonicalize().expect("resolve");
+    let (server, channel) = support::node_server(&dir).await;
+    let mut c = Clients {
+        node: NodeClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+    };
+    let created = Instant::now();
+    for i in 0..records {
+        let request = CreateVolumeRequest {
+            name: format!("startup-{i}"),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 1 << 20,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![capability()],
+            ..Default::default()
+        };
+        c.controller.create_volume(request).await.expect("create");
+    }
+    let created = created.elapsed();
+    drop(server);
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let server = support::spawn_node_server(&dir);
+        support::first_plugin_info(&dir.join("csi.sock")).await;
+        runs.push(started.elapsed());
+        drop(server);
+    }
+    let mut sorted = runs.clone();
+    sorted.sort();
+    println!(
+        "start-up with {records} volume records, to the first GetPluginInfo answered: \
+         {:.1} ms median (runs {:.1?}; the {records} CreateVolume calls took {created:.1?})",
+        sorted[1].as_secs_f64() * 1e3,
+        runs
+    );
+}
+
+/// Unmounts what a killed server left staged under `dir` in our namespace, deepest first.
+fn unmount_under(dir: &Path) {
     let table = csi_nodekit::linux::mountinfo::MountTable::read().expect("mount table");
     let mut points: Vec<_> = table
-        .mounts_under(&dir)
+        .mounts_under(dir)
         .map(|e| e.mount_point.clone())
         .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));

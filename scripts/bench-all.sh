@@ -25,6 +25,8 @@ mkdir -p "$(dirname "$log")"
   cargo bench --locked --bench doctor 2>/dev/null
   echo "== scripts/bench-node-server.sh"
   scripts/bench-node-server.sh 2>/dev/null
+  echo "== scripts/bench-node-scale.sh"
+  scripts/bench-node-scale.sh 2>/dev/null
   echo "== scripts/bench-storage.sh"
   scripts/bench-storage.sh 2>/dev/null
   echo "== the quota VM test's figures (QEMU software emulation; compare them with each other)"

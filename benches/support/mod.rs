@@ -4,6 +4,8 @@
 //! `#[path]`-include it too. (A subdirectory of `benches/` is not a bench target itself.)
 #![allow(dead_code)]
 
+pub mod floor;
+
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -39,12 +41,7 @@ pub fn spawn(args: &[String]) -> Proc {
 /// its socket is up, and a channel to it.
 pub async fn node_server(dir: &Path) -> (Proc, tonic::transport::Channel) {
     let socket = dir.join("csi.sock");
-    let server = spawn(&[
-        "node-server".to_owned(),
-        format!("--endpoint={}", socket.display()),
-        format!("--state-dir={}", dir.join("state").display()),
-        "--node-id=bench".to_owned(),
-    ]);
+    let server = spawn_node_server(dir);
     let started = Instant::now();
     while !socket.exists() {
         assert!(started.elapsed() < Duration::from_secs(10), "no socket");
@@ -54,6 +51,36 @@ pub async fn node_server(dir: &Path) -> (Proc, tonic::transport::Channel) {
         .await
         .expect("connect");
     (server, channel)
+}
+
+/// node-server started as [`node_server`] starts it, not waited for.
+pub fn spawn_node_server(dir: &Path) -> Proc {
+    spawn(&[
+        "node-server".to_owned(),
+        format!("--endpoint={}", dir.join("csi.sock").display()),
+        format!("--state-dir={}", dir.join("state").display()),
+        "--node-id=bench".to_owned(),
+    ])
+}
+
+/// Waits (polling every 100 µs, for at most 60 s) until the node-server at `socket` answers
+/// GetPluginInfo.
+pub async fn first_plugin_info(socket: &Path) {
+    use csi_nodekit::proto::csi::GetPluginInfoRequest;
+    use csi_nodekit::proto::csi::identity_client::IdentityClient;
+    let started = Instant::now();
+    loop {
+        assert!(started.elapsed() < Duration::from_secs(60), "never served");
+        if let Ok(channel) = csi_nodekit::socket::connect(socket).await
+            && IdentityClient::new(channel)
+                .get_plugin_info(GetPluginInfoRequest {})
+                .await
+                .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_micros(100)).await;
+    }
 }
 
 /// A child process stopped on drop the way Kubernetes stops containers: SIGTERM, then SIGKILL
@@ -87,6 +114,19 @@ pub fn memory_kib(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Time every thread of a process has spent on a CPU so far (from each thread's
+/// `schedstat`; threads that ended are not counted).
+pub fn cpu_time(pid: u32) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let nanos: u64 = (tasks.flatten())
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 /// Threads of a process.

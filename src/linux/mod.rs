@@ -7,6 +7,8 @@
 //!   trait (the real Linux implementation and a recording fake for unit tests).
 //! - [`mountinfo`] — the kernel's mount table, parsed as the kernel writes it.
 //! - [`mountpoint`] — what is mounted at one path, by `statx`, in O(1) (the hot paths).
+//! - [`statmount`] — the mount a path lies in (device, root, mount point), by `statmount`, in
+//!   O(1) on Linux 6.8+.
 //! - [`quota`] — project quotas: limits, usage, the project-ID allocator, the `--quota` decision.
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
@@ -27,3 +29,4 @@ pub mod mountpoint;
 pub mod privilege;
 pub mod quota;
 pub mod resolve;
+pub mod statmount;

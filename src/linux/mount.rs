@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use crate::linux::mountinfo::MountTable;
 use crate::linux::mountpoint::{self, Shown, Top};
+use crate::linux::statmount::{self, Containing};
 
 /// A failed mount operation, naming what was attempted and on which path.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +136,9 @@ pub trait Mounter: Send + Sync {
     fn mount_at(&self, path: &Path) -> Result<Option<Top>, MountError>;
     /// What a mount of `path` shows: its device and inode (a symlink is not followed).
     fn identity(&self, path: &Path) -> Result<Shown, MountError>;
+    /// The mount the existing path `path` lies in, asked of that mount alone where the kernel
+    /// can (`None`: no mount in the table holds it).
+    fn containing(&self, path: &Path) -> Result<Option<Containing>, MountError>;
     /// Bind-mounts directory `source` on directory `target` with `options`; on failure
     /// nothing stays mounted.
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError>;
@@ -241,6 +245,14 @@ impl Mounter for LinuxMounter {
         mountpoint::shown(path).map_err(err("inspect", path))
     }
 
+    fn containing(&self, path: &Path) -> Result<Option<Containing>, MountError> {
+        match statmount::containing(path).map_err(err("inspect the mount of", path))? {
+            Some(found) => Ok(Some(found)),
+            // Kernels before 6.8.
+            None => Ok(self.mount_table()?.containing(path).and_then(table_line)),
+        }
+    }
+
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError> {
         let from = open_dir(source).map_err(err("open bind source", source))?;
         let onto = open_dir(target).map_err(err("open mount target", target))?;
@@ -290,6 +302,15 @@ impl Mounter for LinuxMounter {
         nix::mount::umount2(target, MntFlags::UMOUNT_NOFOLLOW)
             .map_err(|e| err("unmount", target)(e.into()))
     }
+}
+
+/// A mount table line as [`Containing`] (`None` for a root that is not a path).
+fn table_line(entry: &crate::linux::mountinfo::MountEntry) -> Option<Containing> {
+    Some(Containing {
+        dev: entry.dev,
+        root: entry.root.clone()?,
+        mount_point: entry.mount_point.clone(),
+    })
 }
 
 /// A mounter that keeps its own mount table and records every call, for unit tests.
@@ -368,6 +389,10 @@ pub mod fake {
         fn identity(&self, path: &Path) -> Result<Shown, MountError> {
             let source = self.mount_table()?.source_of(path).unwrap();
             Ok(fake_shown(source.dev, Some(&source.path)))
+        }
+
+        fn containing(&self, path: &Path) -> Result<Option<Containing>, MountError> {
+            Ok(self.mount_table()?.containing(path).and_then(table_line))
         }
 
         fn bind(

@@ -58,6 +58,8 @@ struct Statx {
     shown: Shown,
     block_rdev: Option<u64>,
     mnt_id: u64,
+    /// `mnt_id` is the unique 64-bit ID (Linux 6.8+), the one `statmount(2)` takes.
+    unique_id: bool,
     mount_root: Option<bool>,
 }
 
@@ -89,6 +91,7 @@ fn statx_fd(fd: &OwnedFd) -> std::io::Result<Statx> {
         },
         block_rdev: is_block.then(|| libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor)),
         mnt_id: stx.stx_mnt_id,
+        unique_id: stx.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0,
         mount_root: (stx.stx_attributes_mask & root_bit != 0)
             .then_some(stx.stx_attributes & root_bit != 0),
     })
@@ -109,6 +112,14 @@ fn open_path(path: &Path) -> std::io::Result<Option<OwnedFd>> {
 pub fn shown(path: &Path) -> std::io::Result<Shown> {
     let fd = open_path(path)?.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
     Ok(statx_fd(&fd)?.shown)
+}
+
+/// The unique ID of the mount `path` (which must exist) lies in; `None` where this kernel
+/// gives only the reused IDs of mountinfo (before Linux 6.8).
+pub fn unique_mount_id(path: &Path) -> std::io::Result<Option<u64>> {
+    let fd = open_path(path)?.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+    let stx = statx_fd(&fd)?;
+    Ok(stx.unique_id.then_some(stx.mnt_id))
 }
 
 /// The topmost mount at `path` if `path` is a mount point; `None` when it is not, or is not

@@ -13,6 +13,7 @@ use common::csi_node::*;
 use csi_nodekit::linux::mount::{MountError, MountOptions};
 use csi_nodekit::linux::mountinfo::MountTable;
 use csi_nodekit::linux::mountpoint::{Shown, Top};
+use csi_nodekit::linux::statmount::Containing;
 use csi_nodekit::node_server::{LinuxMounter, Mounter};
 use csi_nodekit::proto::csi::*;
 use tonic::Code;
@@ -52,6 +53,10 @@ impl Mounter for GateMounter {
 
     fn identity(&self, path: &Path) -> Result<Shown, MountError> {
         LinuxMounter.identity(path)
+    }
+
+    fn containing(&self, path: &Path) -> Result<Option<Containing>, MountError> {
+        LinuxMounter.containing(path)
     }
 
     fn bind(&self, source: &Path, target: &Path, options: MountOptions) -> Result<(), MountError> {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use super::config::{Config, ConfigError};
 use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
+use crate::linux::mountinfo::Unlocatable;
 use crate::node_server::driver::error::{NodeError, SnapshotError, WorkerError, access_name};
 use crate::node_server::state::escapes::Escapes;
 use crate::node_server::state::layout::{StateDir, StateDirError};
@@ -285,23 +286,25 @@ impl Driver {
     }
 
     /// Refuses a mount point whose parent lies in a mount of one of our volumes (a staging or
-    /// target mount of any volume): making it would write into that volume's data.
+    /// target mount of any volume): making it would write into that volume's data. Asked of
+    /// the two mounts concerned (the parent's, the volume data's), not the whole table.
     fn not_inside_a_volume(&self, field: &'static str, path: &Path) -> Result<(), NodeError> {
-        let table = self.mounter.mount_table()?;
-        let data = (table.locate(self.state_dir.volume_data())).map_err(VolumeError::from)?;
-        let Some(entry) = path.parent().and_then(|p| table.containing(p)) else {
+        let Some(parent) = path.parent() else {
             return Ok(());
         };
-        if entry.dev == data.dev
-            && entry
-                .root
-                .as_ref()
-                .is_some_and(|r| r.starts_with(&data.path))
-        {
+        let data_dir = self.state_dir.volume_data();
+        let unlocatable = || VolumeError::from(Unlocatable(data_dir.to_owned()));
+        let data = (self.mounter.containing(data_dir)?)
+            .and_then(|mount| mount.source_of(data_dir))
+            .ok_or_else(unlocatable)?;
+        let Some(mount) = self.mounter.containing(parent)? else {
+            return Ok(());
+        };
+        if mount.dev == data.dev && mount.root.starts_with(&data.path) {
             return Err(NodeError::InsideVolume {
                 field,
                 path: path.to_owned(),
-                mount: entry.mount_point.clone(),
+                mount: mount.mount_point,
             });
         }
         Ok(())

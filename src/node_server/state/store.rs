@@ -1,7 +1,9 @@
 //! Metadata on disk: one small JSON file per volume in its [`RecordDir`] (and per snapshot
 //! and group snapshot, in their own: any [`Persisted`] record; [`layout`] names them), written
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
-//! each file is either the old or the new record, never a torn one.
+//! each file is either the old or the new record, never a torn one. Changes that a reboot
+//! makes stale anyway (where a volume is mounted) skip the directory's fsync
+//! ([`Store::save_for_this_boot`]).
 //!
 //! Whether something is mounted is not stored here: the kernel's mount table is its only
 //! truth. What a record keeps is what the table cannot say: which path each call used, and
@@ -311,6 +313,21 @@ impl<R: Persisted> Store<R> {
 
     /// Writes a record so that it survives a crash at any point.
     pub fn save(&self, record: &R) -> Result<(), StoreError> {
+        self.write(record)?;
+        self.sync_dir()
+    }
+
+    /// Writes a record whose change only matters until the next boot (where a volume is
+    /// mounted: a reboot undoes every mount), so its rename is not made durable: a process
+    /// crash or restart finds the new record (the page cache holds it), a power loss the new
+    /// one or the one before, never a torn one (the file itself is synced before the rename).
+    /// One fsync where [`Self::save`] has two.
+    pub fn save_for_this_boot(&self, record: &R) -> Result<(), StoreError> {
+        self.write(record)
+    }
+
+    /// The record written to a temporary file, synced, renamed over the old one.
+    fn write(&self, record: &R) -> Result<(), StoreError> {
         let path = self.dir.record(record.id());
         let temp = self.dir.temporary(record.id());
         let body = encode(record)
@@ -331,8 +348,7 @@ impl<R: Persisted> Store<R> {
             .and_then(|()| std::fs::rename(&temp, &path).map_err(err("rename into", &path)))
             .inspect_err(|_| {
                 let _ = std::fs::remove_file(&temp);
-            })?;
-        self.sync_dir()
+            })
     }
 
     /// Removes a record durably; a record that is already gone is fine.

@@ -36,7 +36,8 @@ impl Volumes {
         found.map(|r| r.id.clone())
     }
 
-    /// Changes a volume's record with `change` and saves it, if it changed anything.
+    /// Changes where a volume's record says it is mounted with `change` and saves it, if it
+    /// changed anything: for this boot only, as a reboot undoes the mounts themselves.
     fn amend(&self, id: &str, change: impl FnOnce(&mut Record)) -> Result<(), VolumeError> {
         let Some(mut record) = self.get(id) else {
             return Ok(());
@@ -44,7 +45,7 @@ impl Volumes {
         let before = record.clone();
         change(&mut record);
         if record != before {
-            self.store.save(&record)?;
+            self.store.save_for_this_boot(&record)?;
             self.inner().records.insert(id.to_owned(), record);
         }
         Ok(())
