@@ -1,7 +1,7 @@
 //! The health ports under a slowloris flood, for the real registrar and `probe serve`: with 500
 //! idle TCP connections held open, `/healthz` still answers 200 at once, again and again; the
-//! idle connections are shed; memory stays flat; the process may open as many files as its
-//! hard limit allows.
+//! idle connections are shed; once they are gone, memory is within 1.5 times what it was
+//! before, and flat across floods; the process may open as many files as its hard limit allows.
 
 use crate::common;
 
@@ -108,12 +108,16 @@ fn survives_a_flood(name: &str, address: &str, pid: u32) {
         // may stall one probe), and every probe answered within 2 s above.
         assert!(p50 < Duration::from_millis(100), "{name}: median {p50:?}");
         drop(idle);
+        // The server gives the memory back when the last of them has ended.
+        common::wait_until_blocking(Duration::from_secs(5), || rss_kib(pid) * 2 <= before * 3);
         after.push(rss_kib(pid));
     }
     println!("{name}: RSS {before} KiB before, {after:?} KiB after each flood");
+    // The buffers of shed connections go back to the kernel once the flood is over
+    // (`http/conns.rs`): what stays is at most the code the flood ran for the first time.
     assert!(
-        after[0] < before + 4096,
-        "{name}: a flood grew RSS from {before} to {} KiB",
+        after[0] * 2 <= before * 3,
+        "{name}: a flood grew RSS from {before} to {} KiB, over 1.5 times",
         after[0]
     );
     assert!(
