@@ -11,6 +11,7 @@ use super::fixtures::{Prep, TestFs};
 use super::leftovers::*;
 use super::lifecycle::*;
 use super::modify::*;
+use super::reserve::*;
 use super::through_grpc::*;
 
 pub const MIB: u64 = 1 << 20;
@@ -54,6 +55,8 @@ const GENERIC: &[(&str, Case)] = cases![
     root_without_cap_sys_resource_on_its_thread_stops_at_the_limit,
     restores_and_clones_hold_to_the_size_asked_for_and_a_full_source_fits_at_its_own,
     expanding_a_quotad_volume_under_quota_off_is_refused_and_applied_once_enforced,
+    a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
+    node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's
