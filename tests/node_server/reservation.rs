@@ -1,7 +1,8 @@
 //! No overcommit by default, through the real binary on a small tmpfs: sizes are reserved in
 //! the filesystem's free space when volumes are created, GetCapacity reports what is left, a
-//! volume that no longer fits (in bytes or in inodes) is RESOURCE_EXHAUSTED, and
-//! `--overcommit` gives the old behaviour back. (Reserving needs only statvfs, not quotas.)
+//! volume that no longer fits (in bytes, or in inodes beside the other volumes' inode limits)
+//! is RESOURCE_EXHAUSTED, and `--overcommit` gives the old behaviour back. (Reserving needs
+//! only statvfs, not quotas.)
 
 use crate::common;
 
@@ -92,4 +93,29 @@ async fn a_filesystem_with_fewer_free_inodes_than_a_volumes_default_limit_is_res
     // Overcommitted, one free inode is enough.
     let (_child, mut csi) = start(&fs, "b.sock", &["--overcommit"]).await;
     csi.controller.create_volume(request).await.unwrap();
+}
+
+#[ignore = "needs root: a tmpfs mounted in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inode_limits_are_reserved_across_volumes_so_one_that_no_longer_fits_is_resource_exhausted()
+{
+    // 3000 inodes: two volumes' default limits (1024 each) fit, a third's does not.
+    let fs = ScratchFs::with_options(Kind::Tmpfs, "size=64m,nr_inodes=3000");
+    let (child, mut csi) = start(&fs, "a.sock", &[]).await;
+    create(&mut csi, "pvc-a", MIB).await;
+    create(&mut csi, "pvc-b", MIB).await;
+    let refused = (csi
+        .controller
+        .create_volume(create_request("pvc-c", MIB))
+        .await)
+        .expect_err("2048 inodes promised, fewer than 1024 left beside them");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("1024 inodes needed"),
+        "{refused:?}"
+    );
+    drop(child);
+
+    let (_child, mut csi) = start(&fs, "b.sock", &["--overcommit"]).await;
+    create(&mut csi, "pvc-c", MIB).await;
 }

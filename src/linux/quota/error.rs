@@ -65,6 +65,12 @@ pub enum QuotaError {
         #[source]
         source: io::Error,
     },
+    #[error("sync {}: {source}", path.display())]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("{op} {}: {source}", path.display())]
     Attr {
         op: AttrOp,
@@ -114,6 +120,7 @@ impl QuotaError {
         match self {
             Self::Open { source, .. }
             | Self::Statfs { source, .. }
+            | Self::Sync { source, .. }
             | Self::Attr { source, .. }
             | Self::Quotactl { source, .. }
             | Self::ProjectFile { source, .. } => source.raw_os_error(),

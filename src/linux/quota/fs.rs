@@ -114,6 +114,11 @@ impl QuotaFs {
         &self.path
     }
 
+    /// The directory held open on the filesystem.
+    pub(super) fn root(&self) -> &File {
+        &self.root
+    }
+
     pub fn kind(&self) -> Option<FsKind> {
         self.kind
     }

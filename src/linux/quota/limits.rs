@@ -25,6 +25,13 @@ pub struct Usage {
     pub limits: Limits,
 }
 
+impl Usage {
+    /// Nothing is charged to the project.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0 && self.inodes == 0
+    }
+}
+
 impl QuotaFs {
     /// Sets project `id`'s hard limits (block limit rounded up to the interface's unit) and
     /// zeroes its soft limits. Takes effect at once, also for files already open.
@@ -126,6 +133,22 @@ impl QuotaFs {
             let _ = self.set_limits(id, Limits::default());
             return Err(e);
         }
+        Ok(())
+    }
+
+    /// Brings the quota's usage up to date after files were removed: syncfs, then statfs,
+    /// which on XFS pushes the background inactivation of removed inodes (until it has run,
+    /// their blocks and the inodes themselves are still charged to their project).
+    pub fn settle(&self) -> Result<(), QuotaError> {
+        let path = || self.path().to_owned();
+        nix::unistd::syncfs(self.root()).map_err(|e| QuotaError::Sync {
+            path: path(),
+            source: e.into(),
+        })?;
+        nix::sys::statfs::fstatfs(self.root()).map_err(|e| QuotaError::Statfs {
+            path: path(),
+            source: e.into(),
+        })?;
         Ok(())
     }
 

@@ -22,6 +22,9 @@ pub trait ProjectQuotas: InUse + Send + Sync + std::fmt::Debug {
     fn release(&self, dir: Option<&Path>, id: u32) -> Result<(), QuotaError>;
     /// Project `id`'s usage and limits.
     fn usage(&self, id: u32) -> Result<Usage, QuotaError>;
+    /// Brings usage up to date after files were removed (XFS charges removed inodes to
+    /// their project until its background inactivation has run).
+    fn settle(&self) -> Result<(), QuotaError>;
 }
 
 impl ProjectQuotas for QuotaFs {
@@ -36,6 +39,9 @@ impl ProjectQuotas for QuotaFs {
     }
     fn usage(&self, id: u32) -> Result<Usage, QuotaError> {
         QuotaFs::usage(self, id)
+    }
+    fn settle(&self) -> Result<(), QuotaError> {
+        QuotaFs::settle(self)
     }
 }
 
@@ -67,6 +73,9 @@ pub mod fake {
         pub calls: Arc<Mutex<Vec<Call>>>,
         /// `assign` of this directory fails.
         pub failing_dir: Option<PathBuf>,
+        /// Projects whose usage drops to nothing only after this many `settle`s, as XFS
+        /// drops removed inodes' usage once its background inactivation has run.
+        pub draining: Arc<Mutex<BTreeMap<u32, u32>>>,
     }
 
     impl RecordingQuotas {
@@ -124,6 +133,18 @@ pub mod fake {
         fn usage(&self, id: u32) -> Result<Usage, QuotaError> {
             let projects = self.projects.lock().unwrap();
             Ok(projects.get(&id).copied().unwrap_or_default())
+        }
+        fn settle(&self) -> Result<(), QuotaError> {
+            let mut draining = self.draining.lock().unwrap();
+            let mut projects = self.projects.lock().unwrap();
+            for (id, left) in draining.iter_mut() {
+                *left = left.saturating_sub(1);
+                if let (0, Some(usage)) = (*left, projects.get_mut(id)) {
+                    (usage.bytes, usage.inodes) = (0, 0);
+                }
+            }
+            draining.retain(|_, left| *left > 0);
+            Ok(())
         }
     }
 }

@@ -6,6 +6,10 @@
 //! new volume is the free space less what existing volumes were promised and have not written
 //! yet (their size less their usage). `--overcommit` drops the reservation: each new volume
 //! then only has to fit in the free space at the time it is created.
+//!
+//! Inodes are reserved the same way where the filesystem has a fixed number of them (ext4):
+//! a new volume's inode limit must fit in the free inodes less what the other volumes' limits
+//! still promise. Not on XFS, which makes inodes from free space (see [`Inodes::fixed`]).
 
 use std::path::Path;
 
@@ -57,6 +61,46 @@ pub fn default_inodes(size: u64) -> u64 {
 /// The inode limit a volume's project holds: its `inodeLimit` (0: none), else the default.
 pub fn inode_limit(inode_limit: Option<u64>, size: u64) -> u64 {
     inode_limit.unwrap_or_else(|| default_inodes(size))
+}
+
+/// Inodes a volume limited to `limit` may still create, having `used` (0: no limit, nothing
+/// that could be kept for it).
+pub fn promised_inodes(limit: u64, used: u64) -> u64 {
+    limit.saturating_sub(used)
+}
+
+/// The inodes of the filesystem holding the volumes, as an unprivileged user would see them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inodes {
+    pub free: u64,
+    /// The filesystem has a fixed number of inodes (ext4, tmpfs), so inodes promised to
+    /// volumes can be kept for them. XFS makes inodes from free space as they are needed:
+    /// its free count is what the free blocks could still hold (up to `imaxpct`), which the
+    /// volumes' reserved sizes already keep from new volumes, and which a volume's own
+    /// writes shrink, so a fixed number kept aside would mean nothing there.
+    pub fixed: bool,
+}
+
+/// The filesystem's inodes, or `None` for one that reports no inode count (btrfs).
+pub fn inodes(path: &Path) -> std::io::Result<Option<Inodes>> {
+    let stat = nix::sys::statvfs::statvfs(path)?;
+    if stat.files() == 0 {
+        return Ok(None);
+    }
+    let kind = nix::sys::statfs::statfs(path)?.filesystem_type();
+    Ok(Some(Inodes {
+        free: stat.files_available(),
+        fixed: kind != nix::sys::statfs::XFS_SUPER_MAGIC,
+    }))
+}
+
+/// Inodes a new volume may count on: the free ones less what other volumes were `promised`,
+/// where the number is fixed; all the free ones where it is not.
+pub fn inodes_available(inodes: Inodes, promised: u64) -> u64 {
+    match inodes.fixed {
+        true => inodes.free.saturating_sub(promised),
+        false => inodes.free,
+    }
 }
 
 /// Bytes a volume of `size` may still write, having `used`: what the filesystem must keep free
@@ -145,6 +189,34 @@ mod tests {
             0,
             "a volume past its size promises nothing"
         );
+    }
+
+    #[test]
+    fn free_inodes_are_reduced_by_what_volumes_were_promised_only_where_their_number_is_fixed() {
+        let ext4 = Inodes {
+            free: 1000,
+            fixed: true,
+        };
+        assert_eq!(inodes_available(ext4, 300), 700);
+        assert_eq!(inodes_available(ext4, 3000), 0);
+        let xfs = Inodes {
+            free: 1000,
+            fixed: false,
+        };
+        assert_eq!(inodes_available(xfs, 300), 1000, "made from free space");
+        assert_eq!(promised_inodes(1024, 24), 1000);
+        assert_eq!(promised_inodes(0, 24), 0, "no limit, nothing kept");
+        assert_eq!(promised_inodes(10, 24), 0, "past its limit");
+    }
+
+    #[test]
+    fn a_filesystems_inodes_say_whether_their_number_is_fixed() {
+        let path = Path::new("/");
+        let kind = nix::sys::statfs::statfs(path).unwrap().filesystem_type();
+        match inodes(path).unwrap() {
+            None => assert_eq!(nix::sys::statvfs::statvfs(path).unwrap().files(), 0),
+            Some(found) => assert_eq!(found.fixed, kind != nix::sys::statfs::XFS_SUPER_MAGIC),
+        }
     }
 
     #[test]

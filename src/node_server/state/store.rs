@@ -68,6 +68,11 @@ pub struct Record {
     /// DeleteVolume or start-up finishes. Absent (`false`) otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleting: bool,
+    /// Deleted, its data gone, but files elsewhere are still charged to its project, which
+    /// keeps a least limit (and its ID) until they are gone: the record stays, marked
+    /// deleting, for the next start or DeleteVolume to release it. Absent (`false`) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leftover: bool,
     /// Where NodeStageVolume staged it (resolved paths): a NodeUnpublishVolume there is
     /// refused. Absent in records from before it was kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -13,6 +13,7 @@
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::linux::quota::{
     self, Decision, Limits, Mode, PROJECT_IDS, ProjectIds, ProjectQuotas, QuotaError, QuotaFs,
@@ -54,6 +55,27 @@ pub enum VolumeQuotas {
     /// condition.
     AccountOnly { reason: String },
 }
+
+/// What became of a deleted volume's project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Its limits are cleared and its ID is free (or it had none).
+    Freed,
+    /// Files elsewhere are still charged to it (a hard link out of the volume, a file moved
+    /// out, one held open past an `umount -l`): it keeps [`LEFTOVER_BYTES`] and as many
+    /// inodes as it holds, so nothing more can be written under it, and its ID stays taken.
+    Kept(Usage),
+}
+
+/// How long a deletion waits for the filesystem to stop charging the removed files to their
+/// project before it decides that what is still charged lives elsewhere. XFS inactivates
+/// removed inodes in the background (Linux 5.15+): their blocks and the inodes themselves
+/// stay charged until that has run, typically milliseconds, longer under load.
+pub const SETTLE: Duration = Duration::from_secs(5);
+
+/// The byte limit a deleted volume's project keeps while files elsewhere are still charged
+/// to it: one block (0 would mean no limit).
+pub const LEFTOVER_BYTES: u64 = 4096;
 
 /// How one volume's size holds, for its stats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,14 +237,38 @@ impl VolumeQuotas {
         }
     }
 
-    /// Gives a deleted volume's project ID back: its limits cleared (its directory is gone,
-    /// so nothing is charged to it any more), then free for the next volume.
-    pub fn release(&self, record: &Record) -> Result<(), QuotaError> {
-        if let (Self::Enforcing { fs, ids }, Some(id)) = (self, record.project_id) {
-            fs.release(None, id)?;
-            Self::ids(ids).free(id);
+    /// Gives a deleted volume's project ID back once nothing is charged to it: its limits
+    /// cleared, then free for the next volume. Its data was removed just before, so the
+    /// filesystem is given up to `wait` to settle; what is still charged after that lives
+    /// elsewhere, would write unlimited if the limits were cleared, and would be charged to
+    /// the next volume given the ID: the project keeps a least limit and its ID, and a warning
+    /// says so. The caller keeps the record, so the next start or DeleteVolume asks again.
+    pub fn release(&self, record: &Record, wait: Duration) -> Result<Released, QuotaError> {
+        let (Self::Enforcing { fs, ids }, Some(id)) = (self, record.project_id) else {
+            return Ok(Released::Freed);
+        };
+        let left = settled_usage(&**fs, id, wait)?;
+        if !left.is_empty() {
+            let kept = Limits {
+                bytes: LEFTOVER_BYTES,
+                inodes: left.inodes.max(1),
+            };
+            fs.set_limits(id, kept)?;
+            log::warn!(
+                "volume {} is deleted, but {} bytes in {} inodes elsewhere are still charged \
+                 to its project quota {id}: the project keeps a limit of {} bytes and {} \
+                 inodes, and its ID is not reused until they are gone",
+                record.id,
+                left.bytes,
+                left.inodes,
+                kept.bytes,
+                kept.inodes
+            );
+            return Ok(Released::Kept(left));
         }
-        Ok(())
+        fs.release(None, id)?;
+        Self::ids(ids).free(id);
+        Ok(Released::Freed)
     }
 
     /// Undoes [`Self::allocate`] and [`Self::assign`] for a creation that failed; best
@@ -269,6 +315,25 @@ impl VolumeQuotas {
             project_id: id,
             usage,
         })
+    }
+}
+
+/// Project `id`'s usage once the filesystem has settled, or as it is after `wait`.
+fn settled_usage(fs: &dyn ProjectQuotas, id: u32, wait: Duration) -> Result<Usage, QuotaError> {
+    let deadline = Instant::now() + wait;
+    let mut pause =
+        crate::backoff::Doubling::new(Duration::from_millis(5), Duration::from_millis(200));
+    loop {
+        // Best effort: the usage read after it is what decides.
+        if let Err(e) = fs.settle() {
+            log::warn!("{e}");
+        }
+        let usage = fs.usage(id)?;
+        let now = Instant::now();
+        if usage.is_empty() || now >= deadline {
+            return Ok(usage);
+        }
+        std::thread::sleep(pause.next_delay().min(deadline - now));
     }
 }
 

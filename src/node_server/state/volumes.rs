@@ -18,7 +18,7 @@ use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::orphans::Orphans;
 pub use crate::node_server::state::store::{ContentSource, Record};
 use crate::node_server::state::store::{Store, StoreError, sync_dir};
-use crate::node_server::state::volume_quota::{Hold, LimitKept, VolumeQuotas};
+use crate::node_server::state::volume_quota::{self, Hold, LimitKept, Released, VolumeQuotas};
 
 /// What can go wrong with the volumes themselves; each variant names the volume, the sizes or
 /// the path involved.
@@ -30,7 +30,10 @@ pub enum VolumeError {
     NotFound { id: String },
     #[error("{asked} bytes asked for, {available} available")]
     NoSpace { asked: u64, available: u64 },
-    #[error("{asked} inodes needed, the filesystem has {available} free")]
+    #[error(
+        "{asked} inodes needed, {available} available (the filesystem's free inodes less \
+         those promised to other volumes)"
+    )]
     NoInodes { asked: u64, available: u64 },
     #[error("growing by {growth} bytes does not fit: {available} available")]
     NoRoomToGrow { growth: u64, available: u64 },
@@ -81,6 +84,8 @@ struct Inner {
     busy: HashSet<String>,
     /// Sizes of volumes being filled (restores, clones) whose records are not written yet.
     reserved: u64,
+    /// Their inode limits, likewise.
+    reserved_inodes: u64,
     /// Bytes `--capacity` spends outside volumes: the data snapshots hold.
     charged: u64,
 }
@@ -105,14 +110,21 @@ pub struct Volumes {
 struct Reservation<'a> {
     volumes: &'a Volumes,
     bytes: u64,
+    inodes: u64,
 }
 
 impl<'a> Reservation<'a> {
-    fn new(volumes: &'a Volumes, bytes: u64) -> Self {
+    fn new(volumes: &'a Volumes, record: &Record) -> Self {
+        let (bytes, inodes) = (record.capacity, inodes_promised_by(record, None));
         let mut inner = volumes.inner();
         inner.reserved = inner.reserved.saturating_add(bytes);
+        inner.reserved_inodes = inner.reserved_inodes.saturating_add(inodes);
         drop(inner);
-        Self { volumes, bytes }
+        Self {
+            volumes,
+            bytes,
+            inodes,
+        }
     }
 }
 
@@ -120,7 +132,18 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         let mut inner = self.volumes.inner();
         inner.reserved = inner.reserved.saturating_sub(self.bytes);
+        inner.reserved_inodes = inner.reserved_inodes.saturating_sub(self.inodes);
     }
+}
+
+/// The inodes a filesystem volume may still create: its inode limit less `used` (none known:
+/// all of it). A block volume is one file; a volume without a limit has nothing to keep.
+fn inodes_promised_by(record: &Record, used: Option<u64>) -> u64 {
+    if record.block {
+        return 0;
+    }
+    let limit = capacity::inode_limit(record.attributes.inode_limit, record.capacity);
+    capacity::promised_inodes(limit, used.unwrap_or(0))
 }
 
 /// An operation in progress on one volume (or one volume name); dropping it ends it.
@@ -260,7 +283,9 @@ impl Volumes {
     pub fn available(&self) -> Result<u64, VolumeError> {
         let (allocated, live, reserved) = {
             let inner = self.inner();
+            // A deleted volume's leftovers are the filesystem's, not a volume's.
             let allocated = (inner.records.values())
+                .filter(|r| !r.leftover)
                 .fold(0u64, |sum, r| sum.saturating_add(r.capacity))
                 .saturating_add(inner.reserved)
                 .saturating_add(inner.charged);
@@ -294,26 +319,52 @@ impl Volumes {
         capacity::promised(record.capacity, used)
     }
 
-    /// Refuses a new filesystem volume when the filesystem has fewer free inodes than its
-    /// inode limit asks for (any free one, with `--overcommit` or without a limit).
-    /// Filesystems that report no inode count (btrfs, ramfs) are not checked.
+    /// Refuses a new filesystem volume when the filesystem's free inodes, less those the
+    /// other volumes' limits still promise, cannot hold its inode limit (any free one, with
+    /// `--overcommit` or without a limit). Where the filesystem makes inodes as it needs them
+    /// (XFS) nothing is promised; filesystems that report no inode count (btrfs) are not
+    /// checked.
     fn check_inodes(&self, record: &Record) -> Result<(), VolumeError> {
         if record.block {
             return Ok(());
         }
         let data_dir = self.state.volume_data();
-        let stat = nix::sys::statvfs::statvfs(data_dir)
-            .map_err(|e| io("measure free inodes of", data_dir)(e.into()))?;
-        if stat.files() == 0 {
+        let Some(inodes) =
+            capacity::inodes(data_dir).map_err(io("measure free inodes of", data_dir))?
+        else {
             return Ok(());
-        }
+        };
         let limit = capacity::inode_limit(record.attributes.inode_limit, record.capacity);
-        let asked = if self.overcommit { 1 } else { limit.max(1) };
-        let available = stat.files_available();
+        let (asked, promised) = match self.overcommit {
+            true => (1, 0),
+            false => (limit.max(1), self.promised_inodes()),
+        };
+        let available = capacity::inodes_available(inodes, promised);
         if available < asked {
             return Err(VolumeError::NoInodes { asked, available });
         }
         Ok(())
+    }
+
+    /// The inodes the live volumes may still create (those being filled included): each
+    /// one's inode limit less what its project uses, where that is read; its whole limit
+    /// where it is not.
+    fn promised_inodes(&self) -> u64 {
+        let (live, reserved) = {
+            let inner = self.inner();
+            let live: Vec<Record> = (inner.records.values())
+                .filter(|r| !r.deleting && !r.block)
+                .cloned()
+                .collect();
+            (live, inner.reserved_inodes)
+        };
+        live.iter().fold(reserved, |sum, r| {
+            let used = match self.quotas.hold(r) {
+                Ok(Hold::Enforced { usage, .. }) => Some(usage.inodes),
+                _ => None,
+            };
+            sum.saturating_add(inodes_promised_by(r, used))
+        })
     }
 
     /// A fresh volume ID. IDs are random (std's per-process random hasher keys), never reused
@@ -364,7 +415,7 @@ impl Volumes {
                 self.quotas.abandon(&dir, &record);
                 return Err(e.into());
             }
-            Reservation::new(self, record.capacity)
+            Reservation::new(self, &record)
         };
         let filled = (self.quotas.assign(&dir, &record))
             .map_err(|e| E::from(e.into()))
@@ -565,7 +616,8 @@ impl Volumes {
             self.store.save(&record)?;
             self.inner().records.insert(id.to_owned(), record);
         }
-        if dir.exists() {
+        let removing = dir.exists();
+        if removing {
             // Never follows a symlink nor crosses a mount; names the entry it cannot remove.
             crate::linux::copy::remove_tree(&dir).map_err(|source| VolumeError::Undeletable {
                 id: id.to_owned(),
@@ -575,9 +627,22 @@ impl Volumes {
             sync_dir(self.state.volume_data())?;
         }
         // Its project ID goes before the record that holds it; a failure here leaves the
-        // record, and the next DeleteVolume releases it.
-        if let Some(record) = self.get(id) {
-            self.quotas.release(&record)?;
+        // record, and the next DeleteVolume releases it. So does a project still charged
+        // with files elsewhere, which keeps its ID, and so the record, until they are gone.
+        if let Some(mut record) = self.get(id) {
+            // Only data just removed may still be settling.
+            let wait = match removing {
+                true => volume_quota::SETTLE,
+                false => std::time::Duration::ZERO,
+            };
+            if let Released::Kept(_) = self.quotas.release(&record, wait)? {
+                if !record.leftover {
+                    record.leftover = true;
+                    self.store.save(&record)?;
+                    self.inner().records.insert(id.to_owned(), record);
+                }
+                return Ok(());
+            }
         }
         self.store.remove(id)?;
         self.inner().records.remove(id);
@@ -611,6 +676,7 @@ impl Volumes {
                 log::error!("could not set aside what is left of volume {id}: {e}");
             }
             match self.delete(&id, table) {
+                Ok(()) if self.get(&id).is_some() => {}
                 Ok(()) => log::info!("finished deleting volume {id}"),
                 Err(e) => log::error!("could not finish deleting volume {id}: {e}"),
             }

@@ -12,6 +12,7 @@ use super::fixtures::{Prep, TestFs};
 use super::leftovers::*;
 use super::lifecycle::*;
 use super::modify::*;
+use super::reserve::*;
 use super::through_grpc::*;
 
 pub const MIB: u64 = 1 << 20;
@@ -61,6 +62,8 @@ const GENERIC: &[(&str, Case)] = cases![
     files_moved_into_a_neighbours_project_are_charged_back_to_their_own_volume,
     a_pod_in_a_user_namespace_cannot_change_a_project_id,
     measure_the_quota_check_walk_per_10000_files,
+    a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
+    node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's

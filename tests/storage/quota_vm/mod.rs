@@ -17,6 +17,7 @@ mod fixtures;
 mod leftovers;
 mod lifecycle;
 mod modify;
+mod reserve;
 mod served;
 mod through_grpc;
 mod vm;

@@ -28,7 +28,11 @@ fn off_accounts_without_touching_any_filesystem_and_says_why() {
         "{why}"
     );
     q.apply(&record(Some(7))).unwrap();
-    q.release(&record(Some(7))).unwrap();
+    assert_eq!(
+        q.release(&record(Some(7)), SETTLE).unwrap(),
+        Released::Freed,
+        "not ours to manage now"
+    );
 }
 
 #[test]
@@ -165,7 +169,7 @@ fn a_deleted_volumes_limits_are_cleared_and_its_id_is_free_for_the_next() {
     let id = q.allocate().unwrap().unwrap();
     let record = sized("v", 4096, Some(id));
     q.apply(&record).unwrap();
-    q.release(&record).unwrap();
+    assert_eq!(q.release(&record, SETTLE).unwrap(), Released::Freed);
     assert_eq!(
         fake.calls(),
         [
@@ -180,6 +184,54 @@ fn a_deleted_volumes_limits_are_cleared_and_its_id_is_free_for_the_next() {
         ]
     );
     assert_eq!(q.allocate().unwrap(), Some(id));
+}
+
+#[test]
+fn a_deleted_volumes_project_is_freed_once_the_filesystem_has_dropped_the_removed_files() {
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    q.adopt([]);
+    let id = q.allocate().unwrap().unwrap();
+    // Still charged with the removed tree until the third settle (XFS's inactivation).
+    let removed = Usage {
+        bytes: 8 << 20,
+        inodes: 40,
+        ..Default::default()
+    };
+    fake.projects.lock().unwrap().insert(id, removed);
+    fake.draining.lock().unwrap().insert(id, 3);
+    let released = q.release(&sized("v", 8 << 20, Some(id)), SETTLE);
+    assert_eq!(released.unwrap(), Released::Freed);
+    assert_eq!(fake.calls(), [Call::Release(None, id)]);
+    assert_eq!(q.allocate().unwrap(), Some(id), "free for the next");
+}
+
+#[test]
+fn a_deleted_volume_whose_project_still_holds_files_elsewhere_keeps_a_least_limit_and_its_id() {
+    let (q, fake) = enforcing(RecordingQuotas::default());
+    q.adopt([]);
+    let id = q.allocate().unwrap().unwrap();
+    let linked = Usage {
+        bytes: 24 << 20,
+        inodes: 2,
+        ..Default::default()
+    };
+    fake.projects.lock().unwrap().insert(id, linked);
+    let waited = std::time::Instant::now();
+    let released = q.release(&sized("v", 8 << 20, Some(id)), Duration::from_millis(30));
+    assert!(waited.elapsed() >= Duration::from_millis(30), "it waited");
+    assert_eq!(released.unwrap(), Released::Kept(linked));
+    let kept = Limits {
+        bytes: LEFTOVER_BYTES,
+        inodes: 2,
+    };
+    assert_eq!(fake.calls(), [Call::SetLimits(id, kept)], "not cleared");
+    assert_ne!(q.allocate().unwrap(), Some(id), "not handed out again");
+    // Once the files are gone, the next try frees it at once.
+    fake.projects.lock().unwrap().get_mut(&id).unwrap().bytes = 0;
+    fake.projects.lock().unwrap().get_mut(&id).unwrap().inodes = 0;
+    let again = q.release(&sized("v", 8 << 20, Some(id)), Duration::ZERO);
+    assert_eq!(again.unwrap(), Released::Freed);
+    assert_eq!(fake.calls().last(), Some(&Call::Release(None, id)));
 }
 
 #[test]

@@ -257,3 +257,88 @@ fn directories_whose_create_never_reached_a_record_are_set_aside_at_start_up_the
     assert!(unreadable.exists(), "its record exists, even if unreadable");
     assert!(volumes.path_of("v1").exists());
 }
+
+use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
+
+/// Volumes whose sizes a fake the test keeps a handle on enforces.
+fn enforced(dir: &tempfile::TempDir, total: Option<u64>, fake: &RecordingQuotas) -> Arc<Volumes> {
+    let quotas = VolumeQuotas::enforcing(Box::new(fake.clone()));
+    Volumes::open_with(&state_dir(dir), total, false, quotas).unwrap()
+}
+
+fn charge(fake: &RecordingQuotas, project: u32, bytes: u64, inodes: u64) {
+    let mut projects = fake.projects.lock().unwrap();
+    let usage = projects.entry(project).or_default();
+    (usage.bytes, usage.inodes) = (bytes, inodes);
+}
+
+#[test]
+fn a_deleted_volume_whose_project_is_charged_elsewhere_keeps_it_until_a_later_start_frees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = RecordingQuotas::default();
+    let volumes = enforced(&dir, Some(10 << 20), &fake);
+    let project = volumes.create(record("v1", 8 << 20)).unwrap().project_id;
+    let project = project.expect("a project");
+    // Its data already gone (so nothing is left to settle), a hard link elsewhere still
+    // charged to its project.
+    std::fs::remove_dir(volumes.path_of("v1")).unwrap();
+    charge(&fake, project, 1 << 20, 1);
+    let table = RecordingMounter::with_root().mount_table().unwrap();
+    volumes.delete("v1", &table).unwrap();
+    let kept = volumes.get("v1").expect("the record stays");
+    assert!(kept.deleting && kept.leftover, "{kept:?}");
+    assert!(volumes.known("v1").is_err(), "deleted for the CO");
+    assert_eq!(volumes.page(None, 0).0, []);
+    assert_eq!(
+        volumes.available().unwrap(),
+        10 << 20,
+        "its size is no volume's"
+    );
+    let kept_limits = crate::linux::quota::Limits {
+        bytes: crate::node_server::state::volume_quota::LEFTOVER_BYTES,
+        inodes: 1,
+    };
+    assert_eq!(
+        fake.calls().last(),
+        Some(&Call::SetLimits(project, kept_limits))
+    );
+    drop(volumes);
+
+    // A start while the link lives keeps it; one after it is gone frees it.
+    let volumes = enforced(&dir, Some(10 << 20), &fake);
+    volumes.finish_deletes(&table);
+    assert!(volumes.get("v1").is_some_and(|r| r.leftover));
+    drop(volumes);
+    charge(&fake, project, 0, 0);
+    let volumes = enforced(&dir, Some(10 << 20), &fake);
+    volumes.finish_deletes(&table);
+    assert!(volumes.get("v1").is_none(), "its record is gone");
+    assert_eq!(fake.calls().last(), Some(&Call::Release(None, project)));
+}
+
+#[test]
+fn live_volumes_promise_their_inode_limits_less_what_they_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = RecordingQuotas::default();
+    let volumes = enforced(&dir, None, &fake);
+    // 1 MiB: the default limit of 1024, 24 of them used.
+    let a = volumes.create(record("a", 1 << 20)).unwrap();
+    charge(&fake, a.project_id.unwrap(), 4096, 24);
+    let mut b = record("b", 1 << 20);
+    b.attributes.inode_limit = Some(500);
+    volumes.create(b).unwrap();
+    let mut unlimited = record("c", 1 << 20);
+    unlimited.attributes.inode_limit = Some(0);
+    volumes.create(unlimited).unwrap();
+    let mut block = record("d", 1 << 20);
+    block.block = true;
+    volumes.create(block).unwrap();
+    assert_eq!(volumes.promised_inodes(), 1000 + 500);
+    let table = RecordingMounter::with_root().mount_table().unwrap();
+    volumes.delete("b", &table).unwrap();
+    assert_eq!(
+        volumes.promised_inodes(),
+        1000,
+        "a deleted one promises none"
+    );
+}
