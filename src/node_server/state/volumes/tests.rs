@@ -306,12 +306,12 @@ fn a_deleted_volume_whose_project_is_charged_elsewhere_keeps_it_until_a_later_st
 
     // A start while the link lives keeps it; one after it is gone frees it.
     let volumes = enforced(&dir, Some(10 << 20), &fake);
-    volumes.finish_deletes(&table);
+    volumes.finish_deletes(&table, &crate::node_server::state::orphans::Orphans::new());
     assert!(volumes.get("v1").is_some_and(|r| r.leftover));
     drop(volumes);
     charge(&fake, project, 0, 0);
     let volumes = enforced(&dir, Some(10 << 20), &fake);
-    volumes.finish_deletes(&table);
+    volumes.finish_deletes(&table, &crate::node_server::state::orphans::Orphans::new());
     assert!(volumes.get("v1").is_none(), "its record is gone");
     assert_eq!(fake.calls().last(), Some(&Call::Release(None, project)));
 }
