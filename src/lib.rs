@@ -41,7 +41,8 @@
 //!   formatting of values and errors. [`backoff`] — the one doubling back-off. [`rlimit`] —
 //!   process limits `main` sets before any mode starts.
 //! - [`plugin_registry`] — `<driver>-reg.sock`, the registration socket's name. [`paths`] —
-//!   lexical checks on the absolute paths requests name.
+//!   lexical checks on the absolute paths requests name. [`lock_file`] — lock files signed by
+//!   their holder (the state directory's owner, a registration socket's claim).
 //! - [`proto`] — generated gRPC code: CSI v1 and the kubelet plugin-registration API.
 //!
 //! Outside `src/`: `proto/` (our wire-identical protos), `tests/` (one test crate,
@@ -58,6 +59,7 @@ pub mod flow;
 pub mod gocompat;
 pub mod http;
 pub mod linux;
+pub mod lock_file;
 pub mod logging;
 pub mod metrics;
 pub mod node_server;

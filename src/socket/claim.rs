@@ -12,12 +12,13 @@
 //! the file that is at the path holds the claim.
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+
+use crate::lock_file;
 
 use super::{SocketError, io_err};
 
@@ -84,20 +85,12 @@ impl Claim {
         let path = lock_path(socket);
         super::create_parent(&path)?;
         loop {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .map_err(io_err("open lock file", &path))?;
+            let file = lock_file::open(&path).map_err(io_err("open lock file", &path))?;
             let mut lock = match Flock::lock(file, how) {
                 Ok(lock) => lock,
                 Err((mut file, Errno::EWOULDBLOCK)) => {
                     return Ok(Err(Held {
-                        holder: holder(&mut file),
+                        holder: lock_file::holder(&mut file),
                     }));
                 }
                 Err((_, errno)) => return Err(io_err("lock", &path)(errno.into())),
@@ -107,13 +100,7 @@ impl Claim {
             if !names(&path, &lock) {
                 continue;
             }
-            let me = format!("pid {} on {}", std::process::id(), host_name());
-            let write = |file: &mut File| -> std::io::Result<()> {
-                file.set_len(0)?;
-                file.rewind()?;
-                file.write_all(me.as_bytes())
-            };
-            write(&mut lock).map_err(io_err("write lock file", &path))?;
+            lock_file::sign(&mut lock).map_err(io_err("write lock file", &path))?;
             return Ok(Ok(Self { path, lock }));
         }
     }
@@ -152,22 +139,6 @@ impl Drop for Claim {
             let _ = std::fs::remove_file(&self.path);
         }
     }
-}
-
-/// What the holder wrote into the lock file (bounded, control characters replaced).
-fn holder(file: &mut File) -> String {
-    let mut text = String::new();
-    let _ = file.take(200).read_to_string(&mut text);
-    match text.trim() {
-        "" => "holder unknown".to_owned(),
-        text => text.replace(|c: char| c.is_control(), "?"),
-    }
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_else(|_| "an unknown host".to_owned())
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ use nix::unistd::{fsync, syncfs};
 pub use error::CopyError;
 use error::errno_at;
 use partial::Partial;
+pub use sys::read_names;
 pub use usage::{TreeUsage, tree_usage};
 
 /// The deepest tree a copy or a removal goes into: each level holds two descriptors open.

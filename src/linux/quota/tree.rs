@@ -17,7 +17,6 @@ use std::fs::File;
 use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -290,31 +289,11 @@ fn entry(
 /// A directory's names (without `.` and `..`); a directory that cannot be read is noted and
 /// has none.
 fn names_or_note(dir: BorrowedFd<'_>, tally: &mut Tally) -> Vec<OsString> {
-    read_names(dir).unwrap_or_else(|e| {
+    crate::linux::copy::read_names(dir).unwrap_or_else(|e| {
         tally.skipped += 1;
         tally.error(|| format!("read directory: {e}"));
         Vec::new()
     })
-}
-
-fn read_names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
-    // A fresh open of "." has its own offset, so the held descriptor is left alone.
-    let fresh = openat(
-        dir,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut stream = nix::dir::Dir::from_fd(fresh)?;
-    let mut names = Vec::new();
-    for entry in stream.iter() {
-        let entry = entry?;
-        let name = OsStr::from_bytes(entry.file_name().to_bytes());
-        if name != "." && name != ".." {
-            names.push(name.to_owned());
-        }
-    }
-    Ok(names)
 }
 
 /// Opens a directory entry as a directory, never through a symlink.

@@ -9,12 +9,12 @@
 //! in-process tests rely on it), and a waiter blocked in `flock` wakes as soon as it is free.
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+
+use crate::lock_file;
 
 use super::layout::StateDir;
 
@@ -52,34 +52,18 @@ impl Owner {
 
     fn take(state_dir: &StateDir, how: FlockArg) -> Result<Self, OwnerError> {
         let path = state_dir.owner_lock();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(io("open lock file", &path))?;
+        let file = lock_file::open(&path).map_err(io("open lock file", &path))?;
         let mut lock = match Flock::lock(file, how) {
             Ok(lock) => lock,
             Err((mut file, Errno::EWOULDBLOCK)) => {
                 return Err(OwnerError::Busy {
                     dir: state_dir.root().to_owned(),
-                    holder: holder(&mut file),
+                    holder: lock_file::holder(&mut file),
                 });
             }
             Err((_, errno)) => return Err(io("lock", &path)(errno.into())),
         };
-        // Who holds it, for the message a second instance logs: in a pod the host name is the
-        // pod's name, and every container's pid is 1.
-        let me = format!("pid {} on {}", std::process::id(), host_name());
-        let write = |file: &mut File| -> std::io::Result<()> {
-            file.set_len(0)?;
-            file.rewind()?;
-            file.write_all(me.as_bytes())
-        };
-        write(&mut lock).map_err(io("write lock file", &path))?;
+        lock_file::sign(&mut lock).map_err(io("write lock file", &path))?;
         Ok(Self {
             state_dir: state_dir.clone(),
             _lock: lock,
@@ -90,22 +74,6 @@ impl Owner {
     pub fn state_dir(&self) -> &StateDir {
         &self.state_dir
     }
-}
-
-/// What the holder wrote into the lock file (bounded: the file is ours, but read defensively).
-fn holder(file: &mut File) -> String {
-    let mut text = String::new();
-    let _ = file.take(200).read_to_string(&mut text);
-    match text.trim() {
-        "" => "holder unknown".to_owned(),
-        text => text.replace(|c: char| c.is_control(), "?"),
-    }
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_else(|_| "an unknown host".to_owned())
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> OwnerError + 'a {
