@@ -154,7 +154,7 @@ pub fn a_pods_file_moved_out_of_its_project_is_found_and_charged_back_within_a_m
 pub fn a_subdirectory_with_projinherit_cleared_is_found_and_its_files_charged_back(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
-    let served = Served::start(&fs, "state", &["--quota=on", "--quota-check-interval=10s"]);
+    let served = Served::start(&fs, "state", &["--quota=on", "--quota-check-interval=5s"]);
     runtime().block_on(async {
         let mut csi = served.client().await;
         let pod = served.pod("a");
@@ -202,7 +202,7 @@ pub fn a_subdirectory_with_projinherit_cleared_is_found_and_its_files_charged_ba
         figure(
             kind,
             format_args!(
-                "escape by chattr -P on a subdirectory (uid 1000, 10s interval): {} bytes written \
+                "escape by chattr -P on a subdirectory (uid 1000, 5s interval): {} bytes written \
                  past nothing; abnormal after {:.1} s, back to normal {:.1} s later",
                 w.bytes,
                 secs(detected),
@@ -279,7 +279,7 @@ pub fn a_root_pod_without_capabilities_retagging_the_volume_root_is_set_back_and
 pub fn files_moved_into_a_neighbours_project_are_charged_back_to_their_own_volume(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
-    let served = Served::start(&fs, "state", &["--quota=on", "--quota-check-interval=10s"]);
+    let served = Served::start(&fs, "state", &["--quota=on", "--quota-check-interval=5s"]);
     runtime().block_on(async {
         let mut csi = served.client().await;
         let (pod_a, pod_b) = (served.pod("a"), served.pod("b"));
@@ -319,7 +319,7 @@ pub fn files_moved_into_a_neighbours_project_are_charged_back_to_their_own_volum
         figure(
             kind,
             format_args!(
-                "{} bytes moved into the neighbour's project (uid 1000, 10s interval): charged \
+                "{} bytes moved into the neighbour's project (uid 1000, 5s interval): charged \
                  back to their own volume after {:.1} s",
                 w.bytes,
                 secs(detected)

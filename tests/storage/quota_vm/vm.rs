@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::{ROLE, TEST_NAME, cases};
 
 /// How long the whole VM run may take before it is killed (CI's budget is 30 minutes).
-const VM_DEADLINE: Duration = Duration::from_secs(20 * 60);
+const VM_DEADLINE: Duration = Duration::from_secs(25 * 60);
 /// How long one case may take inside the VM.
 const CASE_DEADLINE: Duration = Duration::from_secs(240);
 
