@@ -24,6 +24,11 @@ fi
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs" \
   cargo auditable build --release --locked --target "$target" "$@"
 bin="${CARGO_TARGET_DIR:-target}/$target/release/csi-nodekit"
+# The profile's `strip = true` leaves .symtab and .strtab (about 1.2 MiB) in this static-pie
+# build; strip(1) from binutils, which links it, takes them out. It keeps the .dep-v0 section.
+if command -v strip >/dev/null 2>&1; then
+  strip --strip-all "$bin"
+fi
 if ldd "$bin" 2>&1 | grep -q "=>"; then
   echo "error: $bin is dynamically linked" >&2
   exit 1
