@@ -64,6 +64,14 @@ impl Node {
     }
 
     pub fn registrar_command(&self, http: &str) -> Command {
+        let mut command = self.registrar_command_without_health_port();
+        command.arg(format!("--http-endpoint={http}"));
+        command
+    }
+
+    /// The registrar without a health port: for cases that start many, since a port found
+    /// free may be taken by another test before the registrar binds it (it then exits).
+    pub fn registrar_command_without_health_port(&self) -> Command {
         let mut command = Command::new(common::binary());
         command
             .arg("registrar")
@@ -72,8 +80,7 @@ impl Node {
             .arg(format!(
                 "--plugin-registration-path={}",
                 self.registry().display()
-            ))
-            .arg(format!("--http-endpoint={http}"));
+            ));
         command
     }
 

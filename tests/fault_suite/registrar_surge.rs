@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::processes::{self, BACK_WITHIN, DRIVER, Node};
 use super::tally::Tally;
-use crate::common::{self, free_local_address, spawn, wait_exit, wait_until};
+use crate::common::{self, spawn, wait_exit, wait_until};
 use csi_nodekit::socket::identity_of;
 use nix::sys::signal::Signal;
 
@@ -17,16 +17,20 @@ const GENERATIONS: usize = 10;
 async fn ten_surge_generations_of_the_registrar_hand_over_and_keep_each_others_sockets() {
     let node = Node::new();
     let _driver = node.node_server().await.expect("node-server");
-    let mut serving = node
-        .registrar(&free_local_address())
-        .await
-        .expect("the first generation registers");
+    let mut serving = spawn(
+        &mut node.registrar_command_without_health_port(),
+        "registrar",
+    );
+    assert!(
+        processes::registered(&node.reg_socket()).await,
+        "the first generation registers"
+    );
     let mut tally = Tally::new("registrar surge rollout, 10 generations");
     let mut hand_overs: Vec<(Signal, Duration)> = Vec::new();
     for generation in 0..GENERATIONS {
         let old_socket = identity_of(&node.reg_socket());
         let next = spawn(
-            node.registrar_command(&free_local_address()).arg("--v=2"),
+            node.registrar_command_without_health_port().arg("--v=2"),
             "registrar",
         );
         let stands_by = wait_until(BACK_WITHIN, || next.stderr().contains("standing by")).await;
