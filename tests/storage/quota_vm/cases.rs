@@ -70,12 +70,23 @@ const GENERIC: &[(&str, Case)] = cases![
 /// run of a few; the run then says that it was filtered, and never passes as the whole suite.
 pub const ONLY: &str = "QUOTA_VM_ONLY";
 
-/// Every case's name, `xfs::…` then `ext4::…` (only those [`ONLY`] names, when it is set).
+/// The filesystem a VM runs the cases of (`xfs` or `ext4`), set by the host for the guest.
+pub const FS: &str = "CSI_NODEKIT_QUOTA_VM_FS";
+
+/// Inside the VM: the names of the cases of the filesystem [`FS`] names.
 pub fn names() -> Vec<String> {
+    names_on(&std::env::var(FS).unwrap_or_default())
+}
+
+/// Every case's name on `fs` (`xfs::…` or `ext4::…`; only those [`ONLY`] names, when it is
+/// set).
+pub fn names_on(fs: &str) -> Vec<String> {
     let only = std::env::var(ONLY).unwrap_or_default();
     let words: Vec<&str> = only.split(',').filter(|w| !w.is_empty()).collect();
+    let prefix = format!("{fs}::");
     all_names()
         .into_iter()
+        .filter(|name| name.starts_with(&prefix))
         .filter(|name| words.is_empty() || words.iter().any(|w| name.contains(w)))
         .collect()
 }

@@ -56,8 +56,9 @@ fn kernel_image() -> Result<PathBuf, String> {
         .map_err(|e| format!("{}: {e}", image.display()))
 }
 
-/// On the host: boot the VM, relay its results, fail with every failed case's output.
-pub fn boot_and_report() {
+/// On the host: boot a VM for the cases on `fs`, relay its results, fail with every failed
+/// case's output.
+pub fn boot_and_report(fs: &str) {
     let missing: Vec<String> = [
         "vng",
         "qemu-system-x86_64",
@@ -85,8 +86,9 @@ pub fn boot_and_report() {
         cases::ONLY
     );
     let inner = format!(
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {}='{only}' {ROLE}=suite '{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {}='{only}' {}={fs} {ROLE}=suite '{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
         cases::ONLY,
+        cases::FS,
         exe.display()
     );
     let mut vng = Command::new("vng");
@@ -106,7 +108,7 @@ pub fn boot_and_report() {
         .stderr(Stdio::piped())
         .process_group(0);
     say(&format!(
-        "quota VM: booting {} under QEMU (TCG)",
+        "quota VM ({fs}): booting {} under QEMU (TCG)",
         kernel.display()
     ));
     let started = Instant::now();
@@ -151,7 +153,7 @@ pub fn boot_and_report() {
     let timed_out = watchdog.join().unwrap_or(false);
     let vng_stderr = err_thread.join().unwrap_or_default();
     say(&format!(
-        "quota VM: boot {} (host, to the first line from inside; guest uptime {}), whole run {:.1} s",
+        "quota VM ({fs}): boot {} (host, to the first line from inside; guest uptime {}), whole run {:.1} s",
         report
             .boot_host
             .map_or("?".into(), |d| format!("{:.1} s", d.as_secs_f64())),
@@ -170,7 +172,7 @@ pub fn boot_and_report() {
             "quota VM figure: largest overshoot past a limit: {largest} bytes"
         ));
     }
-    let expected = cases::names();
+    let expected = cases::names_on(fs);
     let missing: Vec<&String> = expected
         .iter()
         .filter(|n| !report.results.iter().any(|(r, _)| r == *n))
@@ -178,7 +180,7 @@ pub fn boot_and_report() {
     let failed: Vec<&(String, bool)> = report.results.iter().filter(|(_, ok)| !ok).collect();
     let passed = report.results.len() - failed.len();
     say(&format!(
-        "quota VM: {passed} passed, {} failed, {} not run",
+        "quota VM ({fs}): {passed} passed, {} failed, {} not run",
         failed.len(),
         missing.len()
     ));
