@@ -1,13 +1,14 @@
 //! Project quotas for real, under Debian's kernel in QEMU (this machine's kernel has no XFS
-//! or ext4 quota support). One VM boots per run; inside it every case runs against
-//! loop-backed XFS and ext4 filesystems and is reported here by name: the quota layer on its
-//! own, and the real node-server binary driven through gRPC. Without QEMU,
-//! virtme-ng or the kernel this test fails and says what to install — it never passes
+//! or ext4 quota support). Two VMs boot per run, one for XFS and one for ext4, side by side;
+//! inside each every case runs against a loop-backed filesystem and is reported here by name:
+//! the quota layer on its own, and the real node-server binary driven through gRPC. Without
+//! QEMU, virtme-ng or the kernel this test fails and says what to install — it never passes
 //! silently.
 //!
 //! The same test binary plays every role, chosen by `CSI_NODEKIT_QUOTA_VM`: unset on the
-//! host (boot and report), `suite` inside the VM (for the filesystem `CSI_NODEKIT_QUOTA_VM_FS` names), `case:<name>` for one case, `writer` for
-//! the unprivileged writer process a case starts.
+//! host (boot and report), `suite` inside a VM (the cases of the filesystem
+//! `CSI_NODEKIT_QUOTA_VM_FS` names), `case:<name>` for one case, `writer` for the unprivileged
+//! writer process a case starts.
 
 mod cases;
 mod copies;
@@ -24,31 +25,39 @@ mod vm;
 
 /// The environment variable that picks the role.
 const ROLE: &str = "CSI_NODEKIT_QUOTA_VM";
-/// The test that plays every role inside the VM, for re-invoking the binary on it alone.
-const TEST_NAME: &str = "storage::quota_vm::project_quotas_hold_on_xfs_under_a_debian_kernel";
+/// This test's name, for re-invoking the binary on it alone.
+const TEST_NAME: &str =
+    "storage::quota_vm::project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel";
 
-/// XFS and ext4 each boot a VM of their own, so the two run side by side (the harness runs
-/// these two tests at once on two cores): the cases mostly wait, on TCG or on the quota
-/// check's passes, and one VM in turn took most of CI's budget.
 #[ignore = "needs root, QEMU and a Debian kernel: bash scripts/vm-kernel.sh installs them"]
 #[test]
-fn project_quotas_hold_on_xfs_under_a_debian_kernel() {
+fn project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel() {
     match std::env::var(ROLE).as_deref() {
         Ok("suite") => vm::run_suite_inside(),
         Ok("writer") => fixtures::writer_main(),
         Ok(role) if role.starts_with("case:") => cases::run_one(&role["case:".len()..]),
         Ok(role) => panic!("unknown {ROLE}={role}"),
-        Err(_) => vm::boot_and_report("xfs"),
+        Err(_) => boot_both(),
     }
 }
 
-#[ignore = "needs root, QEMU and a Debian kernel: bash scripts/vm-kernel.sh installs them"]
-#[test]
-fn project_quotas_hold_on_ext4_under_a_debian_kernel() {
-    // Inside the VM every role runs under the XFS test's name (TEST_NAME).
-    assert!(
-        std::env::var_os(ROLE).is_none(),
-        "{ROLE} is for {TEST_NAME}"
-    );
-    vm::boot_and_report("ext4");
+/// XFS and ext4 each boot a VM of their own, side by side, from this one test: the cases
+/// mostly wait (on TCG, on the quota check's passes), one VM in turn took most of CI's budget,
+/// and one test thread for both leaves the harness's other thread to the rest of the suite.
+fn boot_both() {
+    let vms: Vec<_> = ["xfs", "ext4"]
+        .into_iter()
+        .map(|fs| (fs, std::thread::spawn(move || vm::boot_and_report(fs))))
+        .collect();
+    let failed: Vec<String> = vms
+        .into_iter()
+        .filter_map(|(fs, vm)| {
+            let panic = vm.join().err()?;
+            let why = (panic.downcast_ref::<String>().cloned())
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            Some(format!("{fs}: {why}"))
+        })
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
