@@ -188,6 +188,7 @@ pub struct Captured {
 
 impl KillOnDrop {
     pub fn new(mut child: Child) -> Self {
+        remember_panic_messages();
         let text = Arc::new(Mutex::new(Vec::new()));
         let reader = child.stderr.take().map(|mut stderr| {
             let text = text.clone();
@@ -220,8 +221,39 @@ impl Drop for KillOnDrop {
                 self.0.id(),
                 self.stderr()
             );
+            // Logs and a backtrace push the panic's own message out of a CI log's tail.
+            PANIC_MESSAGE.with(|message| {
+                eprintln!("---- the test failed: {} ----", message.borrow());
+            });
         }
     }
+}
+
+thread_local! {
+    /// The message of this thread's panic, for [`KillOnDrop`] to repeat after the logs.
+    static PANIC_MESSAGE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Wraps the panic hook (once per test process) so each thread's panic message is kept.
+fn remember_panic_messages() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let at = info
+                .location()
+                .map(|l| format!(" at {l}"))
+                .unwrap_or_default();
+            PANIC_MESSAGE.with(|kept| *kept.borrow_mut() = format!("{message}{at}"));
+            default(info);
+        }));
+    });
 }
 pub mod csi_block;
 pub mod csi_node;
