@@ -4,6 +4,7 @@
 //! <state-dir>/                        canonical (mount points in mountinfo are)
 //!   node-server.lock                  flocked by the one node-server using the directory
 //!   meta/<volume-id>.json             a volume's record
+//!   meta/<volume-id>.mounts           where it is staged and published (this boot's notes)
 //!   volumes/<volume-id>/              its data: a filesystem volume's tree, or
 //!   volumes/<volume-id>/volume.img      a block volume's file
 //!   snapshot-meta/<snapshot-id>.json  a snapshot's record
@@ -12,7 +13,8 @@
 //! ```
 //!
 //! In a record directory, `.tmp-<id>.json` is a record being written (renamed over
-//! `<id>.json` when complete); IDs never start with a dot, so the two cannot collide. In
+//! `<id>.json` when complete), `.tmp-<id>.mounts` likewise a volume's mount notes; IDs never
+//! start with a dot, so the names cannot collide. In
 //! `volumes/` and `snapshots/`, `.partial-<pid>-<n>-<id>` is a copy being built: that name is
 //! the copy engine's own ([`crate::linux::copy`]), the same beside any destination. Also in
 //! `volumes/` and `snapshots/`, `.orphan-<hex>` is what an interrupted operation left (a copy's
@@ -41,6 +43,7 @@ const OWNER_LOCK: &str = "node-server.lock";
 const BLOCK_IMAGE: &str = "volume.img";
 const RECORD_SUFFIX: &str = ".json";
 const TEMP_PREFIX: &str = ".tmp-";
+const MOUNT_NOTES_SUFFIX: &str = ".mounts";
 /// Leftovers set aside for removal; IDs never start with a dot, so none can be claimed.
 const ORPHAN_PREFIX: &str = ".orphan-";
 
@@ -245,6 +248,17 @@ impl RecordDir {
         self.0.join(format!("{TEMP_PREFIX}{id}{RECORD_SUFFIX}"))
     }
 
+    /// Where a volume's mount notes (its staging paths and targets) are kept beside its record.
+    pub fn mount_notes(&self, id: &str) -> PathBuf {
+        self.0.join(format!("{id}{MOUNT_NOTES_SUFFIX}"))
+    }
+
+    /// Where the mount notes of `id` are written before they are renamed into place.
+    pub fn temporary_mount_notes(&self, id: &str) -> PathBuf {
+        self.0
+            .join(format!("{TEMP_PREFIX}{id}{MOUNT_NOTES_SUFFIX}"))
+    }
+
     /// What the entry `name` in this directory is.
     pub fn name(name: &str) -> RecordName<'_> {
         if name.starts_with(TEMP_PREFIX) {
@@ -363,6 +377,8 @@ mod tests {
         assert_eq!(RecordDir::name(".tmp-"), RecordName::Temporary);
         assert_eq!(RecordDir::name("vol-1.json~"), RecordName::Other);
         assert_eq!(RecordDir::name("notes"), RecordName::Other);
+        assert_eq!(RecordDir::name("vol-1.mounts"), RecordName::Other);
+        assert_eq!(RecordDir::name(".tmp-vol-1.mounts"), RecordName::Temporary);
     }
 
     #[test]

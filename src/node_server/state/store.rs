@@ -1,9 +1,9 @@
 //! Metadata on disk: one small JSON file per volume in its [`RecordDir`] (and per snapshot
 //! and group snapshot, in their own: any [`Persisted`] record; [`layout`] names them), written
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
-//! each file is either the old or the new record, never a torn one. Changes that a reboot
-//! makes stale anyway (where a volume is mounted) skip the directory's fsync
-//! ([`Store::save_for_this_boot`]).
+//! each file is either the old or the new record, never a torn one. Where a volume is mounted,
+//! which a reboot makes stale anyway, is kept beside its record without any fsync
+//! ([`mount_notes`]).
 //!
 //! Whether something is mounted is not stored here: the kernel's mount table is its only
 //! truth. What a record keeps is what the table cannot say: which path each call used, and
@@ -74,12 +74,13 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leftover: bool,
     /// Where NodeStageVolume staged it (resolved paths): a NodeUnpublishVolume there is
-    /// refused. Absent in records from before it was kept.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// refused. Kept in the volume's mount notes ([`mount_notes`]), never written into the
+    /// record; read from records of the versions that kept it there.
+    #[serde(default, skip_serializing)]
     pub staged_at: Vec<PathBuf>,
     /// Where NodePublishVolume published it: a NodeUnstageVolume there is refused, and
-    /// NodeUnpublishVolume removes only a mount point publish made.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// NodeUnpublishVolume removes only a mount point publish made. Kept as `staged_at` is.
+    #[serde(default, skip_serializing)]
     pub targets: Vec<Target>,
 }
 
@@ -322,15 +323,6 @@ impl<R: Persisted> Store<R> {
         self.sync_dir()
     }
 
-    /// Writes a record whose change only matters until the next boot (where a volume is
-    /// mounted: a reboot undoes every mount), so its rename is not made durable: a process
-    /// crash or restart finds the new record (the page cache holds it), a power loss the new
-    /// one or the one before, never a torn one (the file itself is synced before the rename).
-    /// One fsync where [`Self::save`] has two.
-    pub fn save_for_this_boot(&self, record: &R) -> Result<(), StoreError> {
-        self.write(record)
-    }
-
     /// The record written to a temporary file, synced, renamed over the old one.
     fn write(&self, record: &R) -> Result<(), StoreError> {
         let path = self.dir.record(record.id());
@@ -401,5 +393,6 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(err("sync", dir))
 }
 
+pub mod mount_notes;
 #[cfg(test)]
 mod tests;

@@ -188,7 +188,8 @@ impl Volumes {
         quotas: VolumeQuotas,
     ) -> Result<Arc<Self>, VolumeError> {
         Self::create_data_dir(state)?;
-        let (store, loaded) = Store::<Record>::open(state.volume_records().clone())?;
+        let (store, mut loaded) = Store::<Record>::open(state.volume_records().clone())?;
+        loaded.iter_mut().for_each(|r| store.read_mount_notes(r));
         log::info!(
             "loaded {} volume record(s) from {}",
             loaded.len(),
@@ -644,6 +645,7 @@ impl Volumes {
                 return Ok(());
             }
         }
+        self.store.remove_mount_notes(id)?;
         self.store.remove(id)?;
         self.inner().records.remove(id);
         log::info!("deleted volume {id}");

@@ -1,9 +1,12 @@
 //! Which call each path of a volume belongs to: the staging paths NodeStageVolume used and the
 //! targets NodePublishVolume used (with whether it made the mount point), kept in the volume's
-//! record, so one call cannot act on the other's path and unpublish removes only what it made.
+//! mount notes beside its record ([`mount_notes`]), so one call cannot act on the other's path
+//! and unpublish removes only what it made.
 
 use std::path::{Path, PathBuf};
 
+#[cfg(doc)]
+use crate::node_server::state::store::mount_notes;
 use crate::node_server::state::store::{Record, Target};
 use crate::node_server::state::volumes::{VolumeError, Volumes};
 
@@ -36,8 +39,8 @@ impl Volumes {
         found.map(|r| r.id.clone())
     }
 
-    /// Changes where a volume's record says it is mounted with `change` and saves it, if it
-    /// changed anything: for this boot only, as a reboot undoes the mounts themselves.
+    /// Changes where a volume's record says it is mounted with `change` and saves its mount
+    /// notes, if it changed anything: unsynced, as a reboot undoes the mounts themselves.
     fn amend(&self, id: &str, change: impl FnOnce(&mut Record)) -> Result<(), VolumeError> {
         let Some(mut record) = self.get(id) else {
             return Ok(());
@@ -45,7 +48,7 @@ impl Volumes {
         let before = record.clone();
         change(&mut record);
         if record != before {
-            self.store.save_for_this_boot(&record)?;
+            self.store.save_mount_notes(&record)?;
             self.inner().records.insert(id.to_owned(), record);
         }
         Ok(())

@@ -1,0 +1,189 @@
+//! Where a volume is mounted (its record's staging paths and targets), kept in a file of its
+//! own beside the record, `<id>.mounts`, written without any fsync.
+//!
+//! The notes mean something only until the next boot: a reboot undoes every mount they
+//! describe. A process crash or restart finds what was written (the page cache holds it, and
+//! the rename is atomic there), so the one loss a missing fsync allows is a power loss's, and
+//! the same power loss made the notes false. The record itself is still written durably by
+//! [`Store::save`], never holding the notes; an fsync per NodePublishVolume and per
+//! NodeUnpublishVolume was the whole cost of keeping them in it.
+//!
+//! Read back: a notes file wins over notes an earlier version wrote into the record; a notes
+//! file that cannot be parsed (only a power loss tears one) is read as no notes at all.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Record, Store, StoreError, Target, err};
+
+/// A `<id>.mounts` file's contents.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct MountNotes {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    staged_at: Vec<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    targets: Vec<Target>,
+}
+
+impl Store<Record> {
+    /// Writes where `record` says its volume is mounted: a temporary file renamed over the
+    /// notes, neither synced (see the module's comment for why nothing is lost).
+    pub fn save_mount_notes(&self, record: &Record) -> Result<(), StoreError> {
+        let path = self.dir.mount_notes(&record.id);
+        let temp = self.dir.temporary_mount_notes(&record.id);
+        let notes = MountNotes {
+            staged_at: record.staged_at.clone(),
+            targets: record.targets.clone(),
+        };
+        let body = serde_json::to_vec(&notes)
+            .map_err(std::io::Error::other)
+            .map_err(err("encode", &path))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)
+            .and_then(|mut file| file.write_all(&body))
+            .map_err(err("write", &temp))
+            .and_then(|()| std::fs::rename(&temp, &path).map_err(err("rename into", &path)))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&temp);
+            })
+    }
+
+    /// Puts the notes kept beside `record` into it; without a notes file the record keeps
+    /// what an earlier version wrote into it (or nothing).
+    pub fn read_mount_notes(&self, record: &mut Record) {
+        let path = self.dir.mount_notes(&record.id);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => {
+                log::warn!(
+                    "{}: {e}; keeping the record's own mount notes",
+                    path.display()
+                );
+                return;
+            }
+        };
+        let notes = serde_json::from_slice::<MountNotes>(&bytes).unwrap_or_else(|e| {
+            log::warn!(
+                "{}: {e}; read as no mounts (only a power loss tears these notes, and it \
+                 undid the mounts as well)",
+                path.display()
+            );
+            MountNotes::default()
+        });
+        record.staged_at = notes.staged_at;
+        record.targets = notes.targets;
+    }
+
+    /// Removes a volume's notes (before its record, so no notes outlive their record);
+    /// notes already gone are fine.
+    pub fn remove_mount_notes(&self, id: &str) -> Result<(), StoreError> {
+        let path = self.dir.mount_notes(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(err("remove", &path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_server::state::layout::RecordDir;
+
+    fn published(id: &str) -> Record {
+        Record {
+            id: id.into(),
+            name: format!("pvc-{id}"),
+            capacity: 42,
+            staged_at: vec![PathBuf::from("/var/lib/kubelet/staging/a")],
+            targets: vec![Target {
+                path: PathBuf::from("/var/lib/kubelet/pods/p/mount"),
+                created: true,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn reopen(dir: &RecordDir) -> Vec<Record> {
+        let (store, mut records) = Store::<Record>::open(dir.clone()).unwrap();
+        records.iter_mut().for_each(|r| store.read_mount_notes(r));
+        records
+    }
+
+    #[test]
+    fn mount_notes_live_beside_the_record_and_never_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::at(dir.path().join("meta"));
+        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
+        let record = published("vol-1");
+        store.save(&record).unwrap();
+        store.save_mount_notes(&record).unwrap();
+        let on_disk = std::fs::read_to_string(records.record("vol-1")).unwrap();
+        assert!(
+            !on_disk.contains("staged_at") && !on_disk.contains("targets"),
+            "{on_disk}"
+        );
+        assert_eq!(reopen(&records), vec![record.clone()]);
+
+        let unpublished = Record {
+            targets: Vec::new(),
+            ..record
+        };
+        store.save_mount_notes(&unpublished).unwrap();
+        assert_eq!(reopen(&records), vec![unpublished]);
+    }
+
+    #[test]
+    fn an_earlier_versions_notes_in_the_record_are_read_until_notes_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::at(dir.path().join("meta"));
+        std::fs::create_dir_all(records.path()).unwrap();
+        std::fs::write(
+            records.record("vol-1"),
+            r#"{"capacity_bytes":42,"ephemeral":false,"id":"vol-1","name":"pvc-vol-1","staged_at":["/var/lib/kubelet/staging/a"],"targets":[{"created":true,"path":"/var/lib/kubelet/pods/p/mount"}],"version":1}"#,
+        )
+        .unwrap();
+        assert_eq!(reopen(&records), vec![published("vol-1")]);
+
+        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
+        let unmounted = Record {
+            id: "vol-1".into(),
+            ..Default::default()
+        };
+        store.save_mount_notes(&unmounted).unwrap();
+        assert!(
+            reopen(&records)[0].targets.is_empty(),
+            "the notes file wins"
+        );
+    }
+
+    #[test]
+    fn torn_notes_read_as_no_mounts_and_removal_takes_them_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::at(dir.path().join("meta"));
+        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
+        store.save(&published("vol-1")).unwrap();
+        std::fs::write(records.mount_notes("vol-1"), b"{\"staged_at\":[\"/va").unwrap();
+        let loaded = reopen(&records);
+        assert!(loaded[0].staged_at.is_empty() && loaded[0].targets.is_empty());
+
+        store.remove_mount_notes("vol-1").unwrap();
+        store.remove_mount_notes("vol-1").unwrap();
+        assert!(!records.mount_notes("vol-1").exists());
+        std::fs::write(records.temporary_mount_notes("vol-1"), b"{").unwrap();
+        reopen(&records);
+        assert!(
+            !records.temporary_mount_notes("vol-1").exists(),
+            "an interrupted write is removed at start"
+        );
+    }
+}
