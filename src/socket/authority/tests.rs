@@ -136,13 +136,26 @@ fn a_connection_with_valid_authorities_passes_byte_for_byte() {
 }
 
 #[test]
+fn after_a_first_request_with_a_valid_authority_the_connection_passes_unread() {
+    let mut client = Client::new();
+    client
+        .call(&request("localhost", "/csi.v1.Identity/Probe"))
+        .call(&request(PATH, "/csi.v1.Identity/Probe"));
+    let mut rewriter = Rewriter::default();
+    let mut out = Vec::new();
+    rewriter.feed(&client.bytes, &mut out);
+    assert!(rewriter.is_raw(), "nothing is decoded after the first block");
+    assert_eq!(out, client.bytes);
+}
+
+#[test]
 fn a_path_authority_becomes_localhost_and_everything_else_is_kept() {
     let mut client = Client::new();
     let calls = [
-        request("localhost", "/csi.v1.Identity/Probe"),
         request(PATH, "/pluginregistration.Registration/GetInfo"),
         request(PATH, "/pluginregistration.Registration/GetInfo"),
         request("localhost", "/csi.v1.Identity/Probe"),
+        request(PATH, "/csi.v1.Identity/Probe"),
     ];
     for call in &calls {
         client.call(call);
