@@ -61,19 +61,19 @@ async fn the_csi_socket_answers_a_client_that_sends_the_socket_path_as_authority
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn localhost_no_authority_and_a_path_share_one_connection_and_tonic_still_works() {
+async fn a_path_no_authority_and_localhost_share_one_connection_and_tonic_still_works() {
     let (_sandbox, server, mut csi) = csi_node::setup().await;
     let socket = server.socket.clone();
     let path = socket.display().to_string();
     blocking(move || {
         let mut client = RawH2::connect(&socket);
-        // grpc-go's "localhost" first (passed on as it came), then the path (rewritten from
-        // here on), then "localhost" again through the entries the first call indexed.
+        // The path first (rewritten from here on), then none, then "localhost", then the
+        // path again through the entries the first call indexed.
         for authority in [
-            Some("localhost"),
             Some(path.as_str()),
             None,
             Some("localhost"),
+            Some(path.as_str()),
         ] {
             let info = ok(
                 client.unary(authority, GET_PLUGIN_INFO, &[]),
@@ -87,6 +87,34 @@ async fn localhost_no_authority_and_a_path_share_one_connection_and_tonic_still_
     let request = csi_nodekit::proto::csi::GetPluginInfoRequest {};
     let info = csi.identity.get_plugin_info(request).await.expect("tonic");
     assert_eq!(info.into_inner().name, csi_node::DRIVER);
+    server.stop().await;
+}
+
+/// What a connection's first request decides: "localhost" there, and the rest passes unread,
+/// so a client that switched to its path later on the same connection (none does: each takes
+/// its authority from the address it dials) meets h2's refusal, as without the adapter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_began_with_localhost_is_passed_on_unread() {
+    let (_sandbox, server, _) = csi_node::setup().await;
+    let socket = server.socket.clone();
+    let path = socket.display().to_string();
+    blocking(move || {
+        let mut client = RawH2::connect(&socket);
+        ok(
+            client.unary(Some("localhost"), PROBE, &[]),
+            "Probe with localhost",
+        );
+        let refused = client.unary(Some(&path), PROBE, &[]);
+        assert!(
+            matches!(refused, Err(Refused::Reset(PROTOCOL_ERROR))),
+            "{refused:?}"
+        );
+        ok(
+            RawH2::connect(&socket).unary(Some(&path), PROBE, &[]),
+            "a new connection",
+        );
+    })
+    .await;
     server.stop().await;
 }
 

@@ -144,7 +144,10 @@ fn after_a_first_request_with_a_valid_authority_the_connection_passes_unread() {
     let mut rewriter = Rewriter::default();
     let mut out = Vec::new();
     rewriter.feed(&client.bytes, &mut out);
-    assert!(rewriter.is_raw(), "nothing is decoded after the first block");
+    assert!(
+        rewriter.is_raw(),
+        "nothing is decoded after the first block"
+    );
     assert_eq!(out, client.bytes);
 }
 
