@@ -377,13 +377,30 @@ async fn scale(seconds: f64) {
         "NodeGetVolumeStats, one after another: {}",
         Rate::of(latencies, started.elapsed())
     );
+    // What a pair's two calls cost with no work in them: the transport's own floor.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(seconds);
+    let mut latencies = Vec::new();
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        for _ in 0..2 {
+            let reply = c.node.node_get_capabilities(NodeGetCapabilitiesRequest {});
+            reply.await.expect("capabilities");
+        }
+        latencies.push(t.elapsed());
+    }
+    let calls = Rate::of(latencies, started.elapsed());
+    println!("two empty calls (NodeGetCapabilities), one pair after another: {calls}");
     drop(server);
     unmount_under(&dir);
     let floor = tokio::task::block_in_place(|| floor::directory(&dir, seconds));
     println!("kernel floor (mkdir, bind, umount, rmdir; one thread): {floor}");
+    let both = 1.0 / (1.0 / floor.per_second + 1.0 / calls.per_second);
     println!(
-        "c=1 pairs are {:.0} % of the floor; c=32 is {:.2}x c=8",
+        "c=1 pairs are {:.0} % of the floor, {:.0} % of the floor and two empty calls \
+         ({both:.0}/s); c=32 is {:.2}x c=8",
         100.0 * pairs[0].per_second / floor.per_second,
+        100.0 * pairs[0].per_second / both,
         pairs[2].per_second / pairs[1].per_second
     );
 }
