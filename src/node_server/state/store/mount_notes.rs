@@ -57,6 +57,7 @@ impl Store<Record> {
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
+            .truncate(false)
             .mode(0o600)
             .open(&path)
             .map_err(err("open", &path))?;
