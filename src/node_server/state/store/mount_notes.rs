@@ -145,6 +145,17 @@ mod tests {
         }
     }
 
+    /// A store holding `published("vol-1")`, its notes written.
+    fn published_with_notes() -> (tempfile::TempDir, RecordDir, Store<Record>, Record) {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::at(dir.path().join("meta"));
+        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
+        let record = published("vol-1");
+        store.save(&record).unwrap();
+        store.save_mount_notes(&record).unwrap();
+        (dir, records, store, record)
+    }
+
     fn reopen(dir: &RecordDir) -> Vec<Record> {
         let (store, mut records) = Store::<Record>::open(dir.clone()).unwrap();
         records.iter_mut().for_each(|r| store.read_mount_notes(r));
@@ -153,12 +164,7 @@ mod tests {
 
     #[test]
     fn mount_notes_live_beside_the_record_and_never_in_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let records = RecordDir::at(dir.path().join("meta"));
-        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
-        let record = published("vol-1");
-        store.save(&record).unwrap();
-        store.save_mount_notes(&record).unwrap();
+        let (_dir, records, store, record) = published_with_notes();
         let on_disk = std::fs::read_to_string(records.record("vol-1")).unwrap();
         assert!(
             !on_disk.contains("staged_at") && !on_disk.contains("targets"),
@@ -200,12 +206,7 @@ mod tests {
 
     #[test]
     fn shorter_notes_are_padded_in_place_and_notes_over_a_page_replace_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let records = RecordDir::at(dir.path().join("meta"));
-        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
-        let record = published("vol-1");
-        store.save(&record).unwrap();
-        store.save_mount_notes(&record).unwrap();
+        let (_dir, records, store, record) = published_with_notes();
         let file = records.mount_notes("vol-1");
         let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap());
         let long = std::fs::read(&file).unwrap().len();
