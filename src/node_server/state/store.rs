@@ -330,22 +330,7 @@ impl<R: Persisted> Store<R> {
         let body = encode(record)
             .map_err(std::io::Error::other)
             .map_err(err("encode", &path))?;
-        let write = || -> std::io::Result<()> {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&temp)?;
-            file.write_all(&body)?;
-            file.sync_all()
-        };
-        write()
-            .map_err(err("write", &temp))
-            .and_then(|()| std::fs::rename(&temp, &path).map_err(err("rename into", &path)))
-            .inspect_err(|_| {
-                let _ = std::fs::remove_file(&temp);
-            })
+        replace_file(&temp, &path, &body, Synced::Yes)
     }
 
     /// Removes a record durably; a record that is already gone is fine.
@@ -384,6 +369,37 @@ pub fn new_id(prefix: &str, taken: impl Fn(&str) -> bool) -> String {
             return id;
         }
     }
+}
+
+/// Whether [`replace_file`] syncs the new file before the rename.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Synced {
+    Yes,
+    No,
+}
+
+/// `body` written to `temp` (0600), synced if asked, renamed over `path`; `temp` is removed
+/// when any step fails.
+fn replace_file(temp: &Path, path: &Path, body: &[u8], synced: Synced) -> Result<(), StoreError> {
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(temp)?;
+        file.write_all(body)?;
+        match synced {
+            Synced::Yes => file.sync_all(),
+            Synced::No => Ok(()),
+        }
+    };
+    write()
+        .map_err(err("write", temp))
+        .and_then(|()| std::fs::rename(temp, path).map_err(err("rename into", path)))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(temp);
+        })
 }
 
 /// Makes the entries of a directory (created, renamed, removed) durable.

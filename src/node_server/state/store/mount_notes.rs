@@ -11,13 +11,12 @@
 //! Read back: a notes file wins over notes an earlier version wrote into the record; a notes
 //! file that cannot be parsed (only a power loss tears one) is read as no notes at all.
 
-use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Record, Store, StoreError, Target, err};
+use super::{Record, Store, StoreError, Synced, Target, err, replace_file};
 
 /// The longest notes written in place (see [`Store::save_mount_notes`]).
 const ONE_PAGE: usize = 4096;
@@ -73,18 +72,7 @@ impl Store<Record> {
     fn replace_mount_notes(&self, id: &str, body: &[u8]) -> Result<(), StoreError> {
         let path = self.dir.mount_notes(id);
         let temp = self.dir.temporary_mount_notes(id);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)
-            .and_then(|mut file| file.write_all(body))
-            .map_err(err("write", &temp))
-            .and_then(|()| std::fs::rename(&temp, &path).map_err(err("rename into", &path)))
-            .inspect_err(|_| {
-                let _ = std::fs::remove_file(&temp);
-            })
+        replace_file(&temp, &path, body, Synced::No)
     }
 
     /// Puts the notes kept beside `record` into it; without a notes file the record keeps
