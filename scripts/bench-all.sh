@@ -27,6 +27,10 @@ mkdir -p "$(dirname "$log")"
   scripts/bench-node-server.sh 2>/dev/null
   echo "== scripts/bench-node-scale.sh"
   scripts/bench-node-scale.sh 2>/dev/null
+  echo "== examples/footprint_bench (RSS, PSS and anonymous memory per mode, idle, loaded, flooded)"
+  scripts/build-static.sh --bins --example footprint_bench >/dev/null 2>&1
+  unshare --mount --propagation private \
+    "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/examples/footprint_bench"
   echo "== scripts/bench-storage.sh"
   scripts/bench-storage.sh 2>/dev/null
   echo "== the quota VM test's figures (QEMU software emulation; compare them with each other)"
