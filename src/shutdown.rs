@@ -86,21 +86,27 @@ fn signal_name(signal: i32) -> &'static str {
 }
 
 /// Runs a server future (which must itself stop accepting on `shutdown`) and, once shutdown
-/// has begun, waits at most `grace` for it to finish its in-flight work.
-/// Returns `None` when the grace period ran out.
+/// has begun, waits at most `grace` for it to finish its in-flight work, or until `settled`
+/// (nothing left worth waiting for, such as no call in flight) resolves.
+/// Returns `None` when it was not waited for to the end.
 pub async fn run_with_grace<F: Future>(
     server: F,
     shutdown: Shutdown,
     grace: Duration,
+    settled: impl Future<Output = ()>,
 ) -> Option<F::Output> {
     tokio::pin!(server);
     tokio::select! {
         output = &mut server => return Some(output),
         () = shutdown.wait() => {}
     }
-    match tokio::time::timeout(grace, server).await {
-        Ok(output) => Some(output),
-        Err(_) => {
+    tokio::select! {
+        output = &mut server => Some(output),
+        () = settled => {
+            log::debug!("no call in flight; not waiting for idle connections to close");
+            None
+        }
+        () = tokio::time::sleep(grace) => {
             log::warn!("in-flight calls did not finish within {grace:?}; stopping anyway");
             None
         }
@@ -139,9 +145,33 @@ mod tests {
         trigger.fire();
         let stuck = std::future::pending::<()>();
         assert_eq!(
-            run_with_grace(stuck, shutdown, Duration::from_secs(1)).await,
+            run_with_grace(
+                stuck,
+                shutdown,
+                Duration::from_secs(1),
+                std::future::pending()
+            )
+            .await,
             None
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_server_is_not_waited_for_to_the_end_of_the_grace_period() {
+        let (trigger, shutdown) = Shutdown::manual();
+        trigger.fire();
+        let waiting_for_idle_connections = std::future::pending::<()>();
+        let began = tokio::time::Instant::now();
+        let settled = tokio::time::sleep(Duration::from_secs(1));
+        let output = run_with_grace(
+            waiting_for_idle_connections,
+            shutdown,
+            Duration::from_secs(10),
+            settled,
+        )
+        .await;
+        assert_eq!(output, None);
+        assert_eq!(began.elapsed(), Duration::from_secs(1));
     }
 
     #[tokio::test]
@@ -156,7 +186,13 @@ mod tests {
         };
         trigger.fire();
         assert_eq!(
-            run_with_grace(server, shutdown, Duration::from_secs(5)).await,
+            run_with_grace(
+                server,
+                shutdown,
+                Duration::from_secs(5),
+                std::future::pending()
+            )
+            .await,
             Some(7)
         );
     }

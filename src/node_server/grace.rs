@@ -12,19 +12,22 @@ use std::time::Duration;
 
 use tonic::codegen::http;
 
+use crate::node_server::in_flight::InFlight;
 use crate::shutdown::Shutdown;
 
-/// Wraps every call of a server: see the module docs.
+/// Wraps every call of a server: see the module docs. Each call is counted in `calls` while
+/// it runs.
 #[derive(Clone, Debug)]
 pub struct CutAtGraceEnd {
     over: Shutdown,
     grace: Duration,
+    calls: InFlight,
 }
 
 impl CutAtGraceEnd {
     /// `over` begins when the grace period of `grace` is over.
-    pub fn new(over: Shutdown, grace: Duration) -> Self {
-        Self { over, grace }
+    pub fn new(over: Shutdown, grace: Duration, calls: InFlight) -> Self {
+        Self { over, grace, calls }
     }
 }
 
@@ -36,6 +39,7 @@ impl<S> tower::Layer<S> for CutAtGraceEnd {
             inner,
             over: self.over.clone(),
             grace: self.grace,
+            calls: self.calls.clone(),
         }
     }
 }
@@ -46,6 +50,7 @@ pub struct Cut<S> {
     inner: S,
     over: Shutdown,
     grace: Duration,
+    calls: InFlight,
 }
 
 type Answer<B, E> = Pin<Box<dyn Future<Output = Result<http::Response<B>, E>> + Send>>;
@@ -65,10 +70,12 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        let running = self.calls.begin();
         let call = self.inner.call(request);
         let over = self.over.clone();
         let grace = self.grace;
         Box::pin(async move {
+            let _running = running;
             tokio::select! {
                 biased;
                 answer = call => answer,
@@ -110,7 +117,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_that_ends_within_the_grace_period_gets_its_own_answer() {
         let (trigger, over) = Shutdown::manual();
-        let layer = CutAtGraceEnd::new(over, Duration::from_secs(10));
+        let layer = CutAtGraceEnd::new(over, Duration::from_secs(10), InFlight::default());
         let answer = tokio::spawn(layer.layer(slow(Duration::from_secs(1))).oneshot(()));
         tokio::time::sleep(Duration::from_secs(2)).await;
         trigger.fire();
@@ -121,7 +128,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_still_running_at_the_end_of_the_grace_period_is_answered_unavailable() {
         let (trigger, over) = Shutdown::manual();
-        let layer = CutAtGraceEnd::new(over, Duration::from_secs(10));
+        let layer = CutAtGraceEnd::new(over, Duration::from_secs(10), InFlight::default());
         let answer = tokio::spawn(layer.layer(slow(Duration::from_secs(3600))).oneshot(()));
         tokio::time::sleep(Duration::from_secs(1)).await;
         trigger.fire();

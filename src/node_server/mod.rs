@@ -3,7 +3,8 @@
 //! `--state-dir`, published with real bind mounts; snapshots are copies of their trees there.
 //!
 //! - this file — the mode's contract: [`Args`] → [`Settings`] → [`run`] → [`serve`], and the
-//!   gRPC server with its bounds; `grace` — the end of the grace period for calls in flight.
+//!   gRPC server with its bounds; `grace` — the end of the grace period for calls in flight;
+//!   `in_flight` — the calls running, which is what a shutdown waits for.
 //! - [`grpc`] — the four CSI services, one file each (validate → act → respond) with the table
 //!   that maps their failures to gRPC codes; request checks and the spec's field limits.
 //! - [`driver`] — [`Driver`](driver::Driver), the plugin below the handlers, and its
@@ -23,6 +24,7 @@ pub mod config;
 pub(crate) mod driver;
 mod grace;
 pub mod grpc;
+mod in_flight;
 pub mod metrics;
 pub mod state;
 pub mod takeover;
@@ -295,7 +297,8 @@ pub async fn serve(
     let group = GroupControllerServer::new(groups);
     let controller = ControllerServer::new(controller::ControllerService(driver));
     let grace = crate::shutdown::GRACE_PERIOD;
-    let cut = grace::CutAtGraceEnd::new(shutdown.later(grace), grace);
+    let calls = in_flight::InFlight::default();
+    let cut = grace::CutAtGraceEnd::new(shutdown.later(grace), grace, calls.clone());
     let server = bounded_server()
         .layer(cut)
         .add_service(identity.max_decoding_message_size(max))
@@ -305,7 +308,9 @@ pub async fn serve(
         .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
     // A moment beyond the grace period for the UNAVAILABLE answers to go out.
     let answered = grace + std::time::Duration::from_secs(1);
-    match crate::shutdown::run_with_grace(server, shutdown, answered).await {
+    // Done once no call runs: connections whose clients never answer the GOAWAY are not
+    // waited for (`in_flight`).
+    match crate::shutdown::run_with_grace(server, shutdown, answered, calls.quiet()).await {
         Some(result) => result.map_err(Into::into),
         None => Ok(()),
     }

@@ -137,3 +137,42 @@ async fn a_call_still_in_flight_when_the_grace_period_ends_is_answered_unavailab
         server.stderr()
     );
 }
+
+/// Connections whose clients never read (a stopped or hung process; one that connected and
+/// never spoke) never answer the GOAWAY's ping: with no call in flight they do not hold the
+/// stop to the end of the grace period.
+#[test]
+fn connections_that_never_read_do_not_hold_the_stop_to_the_grace_period() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let mut server = spawn_node_server(&socket, &dir.path().join("state"), &[]);
+    assert!(
+        wait_until_blocking(Duration::from_secs(10), || is_socket(&socket)),
+        "socket never appeared"
+    );
+    let silent = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let mut spoke = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    // The HTTP/2 preface and an empty SETTINGS frame; the server's replies are never read.
+    spoke
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = std::time::Instant::now();
+    send_signal(&server.0, Signal::SIGTERM);
+    let status = wait_exit(&mut server.0, Duration::from_secs(15));
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "held {took:?} by connections that never read (the grace period is {:?})",
+        csi_nodekit::shutdown::GRACE_PERIOD
+    );
+    assert!(!socket.exists(), "the socket was left behind");
+    assert!(
+        !server.stderr().contains("did not finish"),
+        "no call was in flight: {}",
+        server.stderr()
+    );
+    drop((silent, spoke));
+}
