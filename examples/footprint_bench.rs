@@ -8,7 +8,8 @@
 //! Runs a fresh copy of the real binary (as `node_server_bench` finds it): the kernel maps a
 //! binary's cached pages in folios whose size depends on how they entered the page cache (a
 //! write, a sequential read, a fault), which moves the RSS of its text by a megabyte or more;
-//! a fresh copy starts every run from the same state, a written file. Needs root in a private
+//! a fresh copy starts every run from the same state, a written file (or, with
+//! `FOOTPRINT_PAGES=from-disk`, one whose pages were dropped from the cache). Needs root in a private
 //! mount namespace: `unshare --mount --propagation private target/release/examples/footprint_bench`.
 //! `BENCH_SECONDS` sets the time per concurrency level (default 2).
 
@@ -335,6 +336,20 @@ async fn run(dir: &Path) {
     }
 }
 
+/// Writes the copy out and drops its pages from the page cache, so the modes read it as a
+/// node does long after the image was unpacked: by faults and readahead, not as written.
+fn drop_cached_pages(copy: &Path) {
+    let file = std::fs::File::open(copy).expect("open the copy");
+    file.sync_all().expect("fsync the copy");
+    nix::fcntl::posix_fadvise(
+        &file,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .expect("drop the copy's pages");
+}
+
 fn main() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().canonicalize().expect("resolve");
@@ -342,9 +357,17 @@ fn main() {
     let copy = dir.join("csi-nodekit");
     std::fs::copy(&original, &copy).expect("copy the binary");
     let size = std::fs::metadata(&copy).expect("binary").len();
+    let from_disk = std::env::var("FOOTPRINT_PAGES").as_deref() == Ok("from-disk");
+    if from_disk {
+        drop_cached_pages(&copy);
+    }
     println!(
-        "footprint benchmark: {} ({size} bytes), a fresh copy",
-        original.display()
+        "footprint benchmark: {} ({size} bytes), a fresh copy, {}",
+        original.display(),
+        match from_disk {
+            true => "its pages dropped from the cache (they come in by faults and readahead)",
+            false => "its pages as written (FOOTPRINT_PAGES=from-disk drops them first)",
+        }
     );
     // SAFETY: no other thread runs yet; `support::binary` reads NODEKIT_BIN.
     unsafe { std::env::set_var("NODEKIT_BIN", &copy) };
