@@ -37,14 +37,20 @@ async fn sigterm_with_a_call_in_flight(dir: &Path) -> (common::KillOnDrop, HeldC
     (server, in_flight)
 }
 
-fn graceful_stop_on(signal: Signal) {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("csi.sock");
-    let mut server = spawn_node_server(&socket, &dir.path().join("state"), &[]);
+/// A node-server serving on `<dir>/csi.sock`, and that socket.
+fn serving_in(dir: &Path) -> (common::KillOnDrop, std::path::PathBuf) {
+    let socket = dir.join("csi.sock");
+    let server = spawn_node_server(&socket, &dir.join("state"), &[]);
     assert!(
         wait_until_blocking(Duration::from_secs(10), || is_socket(&socket)),
         "socket never appeared"
     );
+    (server, socket)
+}
+
+fn graceful_stop_on(signal: Signal) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, socket) = serving_in(dir.path());
     send_signal(&server.0, signal);
     let status = wait_exit(&mut server.0, Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{signal}: {status:?}");
@@ -145,12 +151,7 @@ async fn a_call_still_in_flight_when_the_grace_period_ends_is_answered_unavailab
 fn connections_that_never_read_do_not_hold_the_stop_to_the_grace_period() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("csi.sock");
-    let mut server = spawn_node_server(&socket, &dir.path().join("state"), &[]);
-    assert!(
-        wait_until_blocking(Duration::from_secs(10), || is_socket(&socket)),
-        "socket never appeared"
-    );
+    let (mut server, socket) = serving_in(dir.path());
     let silent = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     let mut spoke = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     // The HTTP/2 preface and an empty SETTINGS frame; the server's replies are never read.

@@ -132,6 +132,7 @@ fn survives_a_flood(name: &str, address: &str, pid: u32) {
             "{name}: still {} connections held 10 s after the flood",
             held_by_server(address)
         );
+        // The trim runs on the server's task just after it closes the last of them.
         std::thread::sleep(Duration::from_millis(100));
         after.push(rss_kib(pid));
     }
