@@ -11,7 +11,10 @@
 //! a fresh copy starts every run from the same state, a written file (or, with
 //! `FOOTPRINT_PAGES=from-disk`, one whose pages were dropped from the cache). Needs root in a private
 //! mount namespace: `unshare --mount --propagation private target/release/examples/footprint_bench`.
-//! `BENCH_SECONDS` sets the time per concurrency level (default 2).
+//! `BENCH_SECONDS` sets the time per concurrency level (default 2). `FOOTPRINT_RESIDENT=FILE`
+//! writes the copy's pages in the page cache at the end, one page number a line: with the copy
+//! on a filesystem without readahead (as `scripts/text-order.sh` runs it), the pages the three
+//! modes touched.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -324,6 +327,15 @@ async fn run(dir: &Path) {
         rates[0], rates[1], rates[2]
     );
     drop((registrar, probe_serve, server));
+    if let Ok(list) = std::env::var("FOOTPRINT_RESIDENT") {
+        let pages = resident_pages(&dir.join("csi-nodekit"));
+        let lines: String = pages.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(&list, lines).expect("write the resident pages");
+        println!(
+            "{} pages of the binary in the page cache, listed in {list}",
+            pages.len()
+        );
+    }
     // node-server was stopped with its volumes staged: unmount what it left in our namespace.
     let table = csi_nodekit::linux::mountinfo::MountTable::read().expect("mount table");
     let mut points: Vec<_> = table
@@ -334,6 +346,35 @@ async fn run(dir: &Path) {
     for point in points {
         let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
     }
+}
+
+/// The numbers of `file`'s pages in the page cache (`mincore` of a mapping of it).
+fn resident_pages(file: &Path) -> Vec<usize> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(file).expect("open the copy");
+    let length = file.metadata().expect("the copy's size").len() as usize;
+    // SAFETY: a new shared read-only mapping of a file we hold open; only mincore reads it.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(mapped, libc::MAP_FAILED, "map the copy");
+    let mut flags = vec![0u8; length.div_ceil(4096)];
+    // SAFETY: `flags` has one byte per page of the mapping, which is unmapped just after.
+    let answer = unsafe { libc::mincore(mapped, length, flags.as_mut_ptr()) };
+    let error = std::io::Error::last_os_error();
+    // SAFETY: the mapping made above, of this length, used by nothing else.
+    unsafe { libc::munmap(mapped, length) };
+    assert_eq!(answer, 0, "mincore: {error}");
+    (0..flags.len())
+        .filter(|&page| flags[page] & 1 == 1)
+        .collect()
 }
 
 /// Writes the copy out and drops its pages from the page cache, so the modes read it as a

@@ -21,9 +21,35 @@ relocs=""
 if [ "$(printf '%s\n' 2.36 "$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)" | sort -V | head -1)" = 2.36 ]; then
   relocs="-C link-arg=-Wl,-z,pack-relative-relocs"
 fi
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs" \
+# The functions the three long-running modes run, placed together at the start of .text
+# (packaging/text-order.txt, written by scripts/text-order.sh): the kernel maps a binary's
+# code 64 KiB around each page fault, so code that runs, scattered among code that does not,
+# maps most of the binary into every process. Needs LLD, rustc's linker here since 1.90;
+# set TEXT_ORDER=none to link in the compiler's order.
+order=""
+rust_minor=$(rustc --version | cut -d' ' -f2 | cut -d. -f2)
+if [ "${TEXT_ORDER:-}" != none ] && [ -f packaging/text-order.txt ] && [ "$rust_minor" -ge 90 ]; then
+  order="-C link-arg=-Wl,--symbol-ordering-file=$PWD/packaging/text-order.txt"
+  order="$order -C link-arg=-Wl,--no-warn-symbol-ordering"
+fi
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs $order" \
   cargo auditable build --release --locked --target "$target" "$@"
 bin="${CARGO_TARGET_DIR:-target}/$target/release/csi-nodekit"
+# strip(1) below works in place, so a build cargo finds up to date is stripped already: the
+# binary as linked, with its symbol table, is kept beside it once per link (for
+# scripts/text-order.sh and for profiles).
+if readelf -S "$bin" 2>/dev/null | grep -q '\.symtab'; then
+  cp "$bin" "$bin.symbols"
+fi
+if [ -n "$order" ] && [ -f "$bin.symbols" ]; then
+  # Names change when code is renamed or moved, and with the toolchain: say how much of the
+  # list still names something, so a stale one is seen.
+  listed=$(grep -vc '^#' packaging/text-order.txt || true)
+  found=$(nm --defined-only "$bin.symbols" | awk '{print $NF}' | sort -u |
+    comm -12 - <(grep -v '^#' packaging/text-order.txt | sort -u) | wc -l)
+  echo "text order: $found of $listed listed functions are in this build" \
+    "(scripts/text-order.sh writes the list again)"
+fi
 # The profile's `strip = true` leaves .symtab and .strtab (about 1.2 MiB) in this static-pie
 # build; strip(1) from binutils, which links it, takes them out. It keeps the .dep-v0 section.
 if command -v strip >/dev/null 2>&1; then
