@@ -32,8 +32,29 @@ if [ "${TEXT_ORDER:-}" != none ] && [ -f packaging/text-order.txt ] && [ "$rust_
   order="-C link-arg=-Wl,--symbol-ordering-file=$PWD/packaging/text-order.txt"
   order="$order -C link-arg=-Wl,--no-warn-symbol-ordering"
 fi
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs $order" \
-  cargo auditable build --release --locked --target "$target" "$@"
+build() {
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs $order" \
+    cargo auditable build --release --locked --target "$target" "$@"
+}
+# The binary alone first, as the image gets it: built in one cargo call with examples or
+# benches, it would get the features their dev-dependencies add (cargo unifies them), and so
+# other code, and other symbol names than the text order lists. Examples and benches asked
+# for come after, in a call of their own; feature flags go to both.
+features=()
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bins) ;;
+    --example | --bench) targets+=("$1" "$2"); shift ;;
+    --example=* | --bench=* | --examples | --benches) targets+=("$1") ;;
+    *) features+=("$1") ;;
+  esac
+  shift
+done
+build --bins ${features[@]+"${features[@]}"}
+if [ ${#targets[@]} -gt 0 ]; then
+  build "${targets[@]}" ${features[@]+"${features[@]}"}
+fi
 bin="${CARGO_TARGET_DIR:-target}/$target/release/csi-nodekit"
 # strip(1) below works in place, so a build cargo finds up to date is stripped already: the
 # binary as linked, with its symbol table, is kept beside it once per link (for
