@@ -56,11 +56,22 @@ if [ ${#targets[@]} -gt 0 ]; then
   build "${targets[@]}" ${features[@]+"${features[@]}"}
 fi
 bin="${CARGO_TARGET_DIR:-target}/$target/release/csi-nodekit"
-# strip(1) below works in place, so a build cargo finds up to date is stripped already: the
-# binary as linked, with its symbol table, is kept beside it once per link (for
-# scripts/text-order.sh and for profiles).
-if readelf -S "$bin" 2>/dev/null | grep -q '\.symtab'; then
-  cp "$bin" "$bin.symbols"
+# The profile's `strip = true` leaves .symtab and .strtab (about 1.2 MiB) in this static-pie
+# build; strip(1) from binutils, which links it, takes them out. It keeps the .dep-v0 section.
+# The binary as linked, with its symbol table, is kept beside it as csi-nodekit.symbols (for
+# scripts/text-order.sh and for profiles), and strip writes a new file, so cargo's own copy
+# (a hard link) keeps its symbols for a later build that finds it up to date.
+if command -v strip >/dev/null 2>&1; then
+  if readelf -S "$bin" 2>/dev/null | grep -q '\.symtab'; then
+    cp "$bin" "$bin.symbols"
+    strip --strip-all -o "$bin.stripped" "$bin"
+    mv -f "$bin.stripped" "$bin"
+  elif [ -f "$bin.symbols" ]; then
+    # Stripped by an earlier run: its symbols are the ones kept only if they strip to it.
+    strip --strip-all -o "$bin.check" "$bin.symbols"
+    cmp -s "$bin.check" "$bin" || rm -f "$bin.symbols"
+    rm -f "$bin.check"
+  fi
 fi
 if [ -n "$order" ] && [ -f "$bin.symbols" ]; then
   # Names change when code is renamed or moved, and with the toolchain: say how much of the
@@ -70,11 +81,6 @@ if [ -n "$order" ] && [ -f "$bin.symbols" ]; then
     comm -12 - <(grep -v '^#' packaging/text-order.txt | sort -u) | wc -l)
   echo "text order: $found of $listed listed functions are in this build" \
     "(scripts/text-order.sh writes the list again)"
-fi
-# The profile's `strip = true` leaves .symtab and .strtab (about 1.2 MiB) in this static-pie
-# build; strip(1) from binutils, which links it, takes them out. It keeps the .dep-v0 section.
-if command -v strip >/dev/null 2>&1; then
-  strip --strip-all "$bin"
 fi
 if ldd "$bin" 2>&1 | grep -q "=>"; then
   echo "error: $bin is dynamically linked" >&2

@@ -31,7 +31,10 @@ trap cleanup EXIT
 # Linked in the compiler's order, so the list does not depend on the one it replaces.
 TEXT_ORDER=none scripts/build-static.sh --example footprint_bench
 symbols="$work/csi-nodekit.symbols"
-cp "target/$target/release/csi-nodekit.symbols" "$symbols"
+if ! cp "target/$target/release/csi-nodekit.symbols" "$symbols"; then
+  echo "text-order.sh: the build kept no symbols for this binary; touch src/main.rs and run again" >&2
+  exit 1
+fi
 truncate -s 1G "$work/fs.img"
 mkfs.ext4 -q -F "$work/fs.img"
 device=$(losetup --find --show "$work/fs.img")
