@@ -3,7 +3,8 @@
 //! registrar and `probe serve` running side by side on one binary — idle, after the publish
 //! benchmark (NodePublish+NodeUnpublish pairs at concurrency 1, 8 and 32, kubelet-style probes on
 //! both health ports), and after floods of 900 connections held open on each health port —
-//! and the sum of their PSS, which is what the node pays for all three.
+//! and the sum of their PSS, which is what the node pays for all three. The modes run in the
+//! image's environment (its `GLIBC_TUNABLES`); set the variable, even empty, to run them in yours.
 //!
 //! Runs a fresh copy of the real binary (as `node_server_bench` finds it): the kernel maps a
 //! binary's cached pages in folios whose size depends on how they entered the page cache (a
@@ -14,7 +15,10 @@
 //! `BENCH_SECONDS` sets the time per concurrency level (default 2). `FOOTPRINT_RESIDENT=FILE`
 //! writes the copy's pages in the page cache at the end, one page number a line: with the copy
 //! on a filesystem without readahead (as `scripts/text-order.sh` runs it), the pages the three
-//! modes touched.
+//! modes touched. `FOOTPRINT_HOOK=PROGRAM` runs PROGRAM, and waits for it, at each step:
+//! `PROGRAM copied PATH` once the copy is written and before any mode starts, then
+//! `PROGRAM idle`, `PROGRAM load` and `PROGRAM flood` once each step's figures are printed
+//! (`scripts/text-order.sh` counts the functions each step ran, with uprobes on the copy).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -295,6 +299,7 @@ async fn run(dir: &Path) {
     // Settled: the start-up's work done, nothing but the idle loops running.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = modes.print("idle", None);
+    hook(&["idle"]);
 
     let mut rates = Vec::new();
     for workers in [1, 8, 32] {
@@ -312,6 +317,7 @@ async fn run(dir: &Path) {
     .expect("probes");
     tokio::time::sleep(Duration::from_secs(1)).await;
     modes.print("after publish load", Some(&idle));
+    hook(&["load"]);
 
     let addresses = [registrar_http, probe_http];
     for round in 1..=2 {
@@ -322,6 +328,7 @@ async fn run(dir: &Path) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         modes.print(&format!("after {FLOOD}-conn flood {round}"), Some(&idle));
     }
+    hook(&["flood"]);
     println!(
         "publish+unpublish pairs/s at concurrency 1 / 8 / 32: {:.0} / {:.0} / {:.0}",
         rates[0], rates[1], rates[2]
@@ -346,6 +353,21 @@ async fn run(dir: &Path) {
     for point in points {
         let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
     }
+}
+
+/// Runs `FOOTPRINT_HOOK`, if set, with `args`, and waits for it.
+fn hook(args: &[&str]) {
+    let Ok(program) = std::env::var("FOOTPRINT_HOOK") else {
+        return;
+    };
+    let status = std::process::Command::new(&program)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("FOOTPRINT_HOOK {program}: {e}"));
+    assert!(
+        status.success(),
+        "FOOTPRINT_HOOK {program} {args:?}: {status}"
+    );
 }
 
 /// The numbers of `file`'s pages in the page cache (`mincore` of a mapping of it).
@@ -397,6 +419,7 @@ fn main() {
     let original = binary();
     let copy = dir.join("csi-nodekit");
     std::fs::copy(&original, &copy).expect("copy the binary");
+    hook(&["copied", &copy.to_string_lossy()]);
     let size = std::fs::metadata(&copy).expect("binary").len();
     let from_disk = std::env::var("FOOTPRINT_PAGES").as_deref() == Ok("from-disk");
     if from_disk {
@@ -410,6 +433,16 @@ fn main() {
             false => "its pages as written (FOOTPRINT_PAGES=from-disk drops them first)",
         }
     );
+    match std::env::var("GLIBC_TUNABLES") {
+        Ok(yours) => println!("the modes run with your GLIBC_TUNABLES={yours:?}"),
+        Err(_) => {
+            let env: Vec<String> = support::image_env()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            println!("the modes run with the image's {}", env.join(" "));
+        }
+    }
     // SAFETY: no other thread runs yet; `support::binary` reads NODEKIT_BIN.
     unsafe { std::env::set_var("NODEKIT_BIN", &copy) };
     // Room for the floods' connections beside our own descriptors.
