@@ -25,11 +25,26 @@ pub fn binary() -> PathBuf {
     }
 }
 
-/// The binary started with `args`, its stderr discarded, stopped on drop.
+/// The environment the image gives every mode (its `ENV` lines): the figures are the image's.
+/// A variable already set here is left as it is, so `GLIBC_TUNABLES= <bench>` measures
+/// glibc's defaults.
+pub fn image_env() -> Vec<(String, String)> {
+    let containerfile = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/Containerfile");
+    let text = std::fs::read_to_string(containerfile).expect("read packaging/Containerfile");
+    text.lines()
+        .filter_map(|line| line.strip_prefix("ENV ")?.split_once('='))
+        .filter(|(name, _)| std::env::var_os(name).is_none())
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// The binary started with `args` in the image's environment, its stderr discarded, stopped
+/// on drop.
 pub fn spawn(args: &[String]) -> Proc {
     Proc(
         std::process::Command::new(binary())
             .args(args)
+            .envs(image_env())
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
