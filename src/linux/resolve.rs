@@ -54,6 +54,36 @@ fn trusted(link: &Path, meta: &std::fs::Metadata) -> bool {
 /// link in it, so it can be compared with mount points and opened with
 /// [`open_dir_no_symlinks`].
 pub fn canonical(path: &Path) -> Result<Option<PathBuf>, ResolveError> {
+    match without_links(path) {
+        Some(plain) => Ok(Some(plain)),
+        None => walk(path),
+    }
+}
+
+/// `path` made absolute, when the kernel resolves all of it without meeting a symbolic link
+/// (`openat2` with `RESOLVE_NO_SYMLINKS`): [`walk`] would return the same path, at one `lstat`
+/// per prefix (nine on a kubelet's target path, every call). Anything else (a link, a missing
+/// component, a kernel before 5.6) is left to the walk, and so is a path with `..`, which the
+/// walk stops at a missing component before going back up.
+fn without_links(path: &Path) -> Option<PathBuf> {
+    let mut plain = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => plain.push(part),
+            Component::ParentDir => return None,
+            _ => {}
+        }
+    }
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    nix::fcntl::openat2(nix::fcntl::AT_FDCWD, &plain, how)
+        .ok()
+        .map(|_| plain)
+}
+
+/// [`canonical`] the careful way: one component at a time with `lstat`.
+fn walk(path: &Path) -> Result<Option<PathBuf>, ResolveError> {
     let mut pending: Vec<PathBuf> = rev_parts(path);
     let mut out = PathBuf::from("/");
     let mut links = 0;
@@ -175,6 +205,43 @@ mod tests {
         std::fs::create_dir(real.join("a")).unwrap();
         assert_eq!(canonical(&real.join("a")).unwrap(), Some(real.join("a")));
         assert_eq!(canonical(&real.join("a/missing")).unwrap(), None);
+    }
+
+    #[test]
+    fn the_kernels_answer_for_a_path_without_links_is_the_walks_and_a_link_is_left_to_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(real.join("a/b")).unwrap();
+        for path in [real.join("a/b"), real.join("a/./b/"), PathBuf::from("/")] {
+            assert_eq!(
+                without_links(&path),
+                walk(&path).unwrap(),
+                "{}",
+                path.display()
+            );
+        }
+        std::os::unix::fs::symlink(real.join("a"), real.join("link")).unwrap();
+        assert_eq!(without_links(&real.join("link/b")), None);
+        assert_eq!(without_links(&real.join("a/missing")), None);
+        if nix::unistd::Uid::effective().is_root() {
+            // Root's link in root's own directory is followed: by the walk.
+            assert_eq!(
+                canonical(&real.join("link/b")).unwrap(),
+                Some(real.join("a/b"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_path_going_back_up_from_a_missing_component_is_missing_as_the_walk_finds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(real.join("a")).unwrap();
+        assert_eq!(canonical(&real.join("missing/../a")).unwrap(), None);
+        assert_eq!(
+            canonical(&real.join("a/../a")).unwrap(),
+            Some(real.join("a"))
+        );
     }
 
     #[test]
