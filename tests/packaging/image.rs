@@ -204,11 +204,15 @@ fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_ver
     let c = &config["config"];
     assert_eq!(c["Entrypoint"], serde_json::json!(["/csi-nodekit"]));
     assert!(c["User"].as_str().unwrap_or_default().is_empty(), "{c}");
-    let tunables = "GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0";
+    // The Containerfile's value reaches the image (what it does: `malloc_settings`).
+    let tunables = format!(
+        "GLIBC_TUNABLES={}",
+        super::malloc_settings::image_tunables()
+    );
     assert!(
         c["Env"]
             .as_array()
-            .is_some_and(|env| env.iter().any(|e| e == tunables)),
+            .is_some_and(|env| env.iter().any(|e| *e == tunables)),
         "the image sets {tunables}: {c}"
     );
     let labels = &c["Labels"];

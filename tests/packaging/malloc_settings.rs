@@ -10,7 +10,7 @@ use csi_nodekit::proto::csi::identity_client::IdentityClient;
 use crate::common;
 
 /// The value the Containerfile sets.
-fn image_tunables() -> String {
+pub(super) fn image_tunables() -> String {
     let containerfile = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/Containerfile");
     let text = std::fs::read_to_string(containerfile).expect("read the Containerfile");
     text.lines()
