@@ -378,6 +378,7 @@ async fn scale(seconds: f64) {
         Rate::of(latencies, started.elapsed())
     );
     // What a pair's two calls cost with no work in them: the transport's own floor.
+    let cpu = support::cpu_time(pid);
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(seconds);
     let mut latencies = Vec::new();
@@ -390,7 +391,12 @@ async fn scale(seconds: f64) {
         latencies.push(t.elapsed());
     }
     let calls = Rate::of(latencies, started.elapsed());
-    println!("two empty calls (NodeGetCapabilities), one pair after another: {calls}");
+    let cpu = support::cpu_time(pid).saturating_sub(cpu).as_secs_f64();
+    println!(
+        "two empty calls (NodeGetCapabilities), one pair after another: {calls}; server on CPU \
+         {:.0} µs a pair",
+        cpu * 1e6 / calls.count as f64
+    );
     drop(server);
     unmount_under(&dir);
     let floor = tokio::task::block_in_place(|| floor::directory(&dir, seconds));

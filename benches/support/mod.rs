@@ -59,7 +59,8 @@ pub async fn node_server(dir: &Path) -> (Proc, tonic::transport::Channel) {
     let server = spawn_node_server(dir);
     let started = Instant::now();
     while !socket.exists() {
-        assert!(started.elapsed() < Duration::from_secs(10), "no socket");
+        // Generous: under scripts/text-order.sh's uprobes a start-up runs some 30 times slower.
+        assert!(started.elapsed() < Duration::from_secs(60), "no socket");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let channel = csi_nodekit::socket::connect(&socket)
