@@ -39,7 +39,8 @@
 //! - [`logging`] — klog-style `--v` on env_logger; klog's text header or component-base's JSON.
 //! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
 //!   formatting of values and errors. [`backoff`] — the one doubling back-off. [`rlimit`] —
-//!   process limits `main` sets before any mode starts.
+//!   process limits `main` sets before any mode starts. [`heap`] — free heap pages given
+//!   back to the kernel after a burst (`malloc_trim`).
 //! - [`plugin_registry`] — `<driver>-reg.sock`, the registration socket's name. [`paths`] —
 //!   lexical checks on the absolute paths requests name. [`lock_file`] — lock files signed by
 //!   their holder (the state directory's owner, a registration socket's claim).
@@ -57,6 +58,7 @@ pub mod csi_spec;
 pub mod demo;
 pub mod flow;
 pub mod gocompat;
+pub mod heap;
 pub mod http;
 pub mod linux;
 pub mod lock_file;

@@ -151,18 +151,8 @@ impl Drop for OpenGuard {
         let bursty = open.since_trim.load(Ordering::SeqCst) >= open.trim_after;
         if open.now.fetch_sub(1, Ordering::SeqCst) == 1 && bursty {
             open.since_trim.store(0, Ordering::SeqCst);
-            give_back_freed_memory();
+            crate::heap::give_back_freed_memory();
         }
-    }
-}
-
-/// Returns the free pages of malloc's heaps to the kernel (glibc; other C libraries return
-/// them by themselves).
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes malloc's own locks and touches only its free lists.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

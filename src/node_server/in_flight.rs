@@ -22,6 +22,8 @@ pub struct InFlight(Arc<Count>);
 #[derive(Debug, Default)]
 struct Count {
     calls: AtomicUsize,
+    /// Every call ever begun: tells a burst that has ended from no call at all.
+    begun: AtomicUsize,
     ended: Notify,
 }
 
@@ -33,7 +35,18 @@ impl InFlight {
     /// Counts a call that begins now.
     pub fn begin(&self) -> Running {
         self.0.calls.fetch_add(1, Ordering::SeqCst);
+        self.0.begun.fetch_add(1, Ordering::Relaxed);
         Running(self.clone())
+    }
+
+    /// How many calls have begun since the server started.
+    pub fn begun(&self) -> usize {
+        self.0.begun.load(Ordering::Relaxed)
+    }
+
+    /// Resolves when the next call ends.
+    pub async fn one_ends(&self) {
+        self.0.ended.notified().await;
     }
 
     pub fn running(&self) -> usize {

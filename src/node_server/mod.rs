@@ -24,6 +24,7 @@ pub mod config;
 pub(crate) mod driver;
 mod grace;
 pub mod grpc;
+mod heap;
 mod in_flight;
 pub mod metrics;
 pub mod state;
@@ -298,6 +299,7 @@ pub async fn serve(
     let controller = ControllerServer::new(controller::ControllerService(driver));
     let grace = crate::shutdown::GRACE_PERIOD;
     let calls = in_flight::InFlight::default();
+    tokio::spawn(heap::trim_after_bursts(calls.clone()));
     let cut = grace::CutAtGraceEnd::new(shutdown.later(grace), grace, calls.clone());
     let server = bounded_server()
         .layer(cut)
