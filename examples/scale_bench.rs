@@ -157,7 +157,9 @@ async fn main() {
     let stats_volumes = count("STATS", 500).min(volumes);
     let orphan_files = count("ORPHAN_FILES", 86_000);
     let runs = count("RUNS", 5);
-    let fs = ScratchFs::sized(Kind::Ext4, "noatime", 4 << 30);
+    // Each 1 MiB volume is promised 1,024 inodes, and ext4 makes one per 16 KiB: 1,000
+    // volumes need 16 GiB of (sparse) filesystem, with room for the snapshots and the orphan.
+    let fs = ScratchFs::sized(Kind::Ext4, "noatime", 24 << 30);
     let sandbox = tempfile::tempdir().expect("temp dir");
     let dir = sandbox.path().canonicalize().expect("resolve");
     let state = fs.path().join("state");
