@@ -8,26 +8,39 @@ use super::in_flight::{InFlight, QUIET};
 /// Waits for bursts of calls and trims the heap once each is over: when a call has ended and
 /// then no call has begun or run for [`QUIET`]. Under steady load it wakes once a quiet moment
 /// (a timer, not at every call); idle, not at all.
-pub async fn trim_after_bursts(calls: InFlight) {
-    after_bursts(calls, trim).await;
+pub fn trim_after_bursts(calls: InFlight) -> impl Future<Output = ()> + Send {
+    after_bursts(calls, trim)
 }
 
-/// [`trim_after_bursts`] with what to do at the end of each burst given.
-async fn after_bursts(calls: InFlight, mut burst_over: impl FnMut()) {
-    loop {
-        calls.one_ends().await;
+/// [`trim_after_bursts`] with what to do at the end of each burst given. The calls counted from
+/// here are those begun once this is called, not once the future is first polled.
+fn after_bursts(
+    calls: InFlight,
+    mut burst_over: impl FnMut() + Send,
+) -> impl Future<Output = ()> + Send {
+    let mut seen = calls.begun();
+    async move {
         loop {
-            let begun = calls.begun();
-            tokio::time::sleep(QUIET).await;
-            if calls.running() == 0 && calls.begun() == begun {
-                break;
+            // A call begun since the last trim (even one that ended before this waits) is a
+            // burst to wait out; with none, sleep until one ends.
+            if calls.begun() == seen {
+                calls.one_ends().await;
             }
+            loop {
+                seen = calls.begun();
+                tokio::time::sleep(QUIET).await;
+                if calls.running() == 0 && calls.begun() == seen {
+                    break;
+                }
+            }
+            burst_over();
         }
-        burst_over();
     }
 }
 
-/// Gives glibc's free pages back; logged at `--v=5` with whether any went.
+/// Gives glibc's free pages back; logged at `--v=5` with whether any went. On the async worker,
+/// not the blocking pool: a trim of a 1 MB heap with 2,000 holes took 11 µs (78 at worst, a
+/// static C program under the image's malloc settings), less than a hand-off costs.
 fn trim() {
     let released = crate::heap::give_back_freed_memory();
     log::trace!("heap trimmed after a burst of calls: memory returned: {released}");
@@ -79,6 +92,16 @@ mod tests {
             1,
             "trimmed again with no call since"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_ended_before_the_watcher_first_waited_is_still_trimmed_after() {
+        let calls = InFlight::default();
+        let trims = counted(&calls);
+        // The watcher task has not run yet: this call's end notifies nobody.
+        drop(calls.begin());
+        tokio::time::sleep(QUIET * 3).await;
+        assert_eq!(trims.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -299,7 +299,8 @@ pub async fn serve(
     let controller = ControllerServer::new(controller::ControllerService(driver));
     let grace = crate::shutdown::GRACE_PERIOD;
     let calls = in_flight::InFlight::default();
-    tokio::spawn(heap::trim_after_bursts(calls.clone()));
+    // Stopped with the server: in-process tests serve many times on one runtime.
+    let trimmer = tokio::spawn(heap::trim_after_bursts(calls.clone()));
     let cut = grace::CutAtGraceEnd::new(shutdown.later(grace), grace, calls.clone());
     let server = bounded_server()
         .layer(cut)
@@ -312,7 +313,9 @@ pub async fn serve(
     let answered = grace + std::time::Duration::from_secs(1);
     // Done once no call runs: connections whose clients never answer the GOAWAY are not
     // waited for (`in_flight`).
-    match crate::shutdown::run_with_grace(server, shutdown, answered, calls.quiet()).await {
+    let served = crate::shutdown::run_with_grace(server, shutdown, answered, calls.quiet()).await;
+    trimmer.abort();
+    match served {
         Some(result) => result.map_err(Into::into),
         None => Ok(()),
     }
