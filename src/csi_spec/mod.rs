@@ -1,7 +1,11 @@
 //! What the CSI spec fixes, shared by every mode that checks it: the naming rule for driver
-//! names and the size limits on fields ("Field Requirements › Size Limits").
+//! names, the size limits on fields ("Field Requirements › Size Limits"), and the names of the
+//! path fields that errors below the gRPC handlers name ([`Field`]).
 
 pub mod driver_name;
+mod field;
+
+pub use field::Field;
 
 /// The longest node ID the CSI spec allows (`NodeGetInfoResponse.node_id`).
 pub const MAX_NODE_ID: usize = 256;

@@ -12,6 +12,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::csi_spec::Field;
 use crate::linux::loopdev::{self, AttachOptions, Found, Status};
 use crate::linux::mountinfo::MountTable;
 use crate::linux::resolve;
@@ -87,7 +88,7 @@ fn make_target_file(path: &Path) -> Result<bool, PublishError> {
             }
         }
         Err(source) => Err(PublishError::CreateMountPoint {
-            field: "target_path",
+            field: Field::TargetPath,
             path: path.to_owned(),
             source,
         }),
@@ -104,7 +105,7 @@ fn remove_target_file(path: &Path) -> Result<(), PublishError> {
             })
             .map_err(|source| PublishError::Io {
                 op: "remove",
-                field: "target_path",
+                field: Field::TargetPath,
                 path: path.to_owned(),
                 source,
             }),
@@ -183,7 +184,7 @@ impl Driver {
         if let Some(top) = self.mounter.mount_at(target)? {
             let Some(status) = ours(&found, top.block_rdev) else {
                 return Err(PublishError::OtherMount {
-                    field: "target_path",
+                    field: Field::TargetPath,
                     path: target.to_owned(),
                 }
                 .into());
@@ -192,7 +193,7 @@ impl Driver {
                 return Ok(Published::Already);
             }
             return Err(PublishError::OtherOptions {
-                field: "target_path",
+                field: Field::TargetPath,
                 path: target.to_owned(),
                 options: if status.read_only { "ro" } else { "rw" }.into(),
             }
@@ -236,7 +237,7 @@ impl Driver {
         while let Some(top) = self.mounter.mount_at(target)? {
             let Some(status) = ours(&found, top.block_rdev) else {
                 return Err(PublishError::ForeignMount {
-                    field: "target_path",
+                    field: Field::TargetPath,
                     path: target.to_owned(),
                 }
                 .into());

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::csi_spec::Field;
 use crate::linux::copy::CopyError;
 use crate::linux::loopdev::LoopError;
 use crate::linux::mount::MountError;
@@ -29,14 +30,16 @@ pub enum NodeError {
         state_dir.display()
     )]
     OverlapsState {
-        field: &'static str,
+        field: Field,
         path: PathBuf,
         state_dir: PathBuf,
     },
     /// A target that resolves to (or into) the staging path, or the other way round.
     #[error(
-        "target_path {} and staging_target_path {} are the same or one is inside the other",
+        "{} {} and {} {} are the same or one is inside the other",
+        Field::TargetPath,
         target.display(),
+        Field::StagingTargetPath,
         staging.display()
     )]
     TargetNestedWithStaging { target: PathBuf, staging: PathBuf },
@@ -46,9 +49,9 @@ pub enum NodeError {
         path.display()
     )]
     OtherCallsPath {
-        field: &'static str,
+        field: Field,
         path: PathBuf,
-        is: &'static str,
+        is: Field,
         id: String,
     },
     /// A mount point inside a mount of one of our volumes: it would be made in that
@@ -59,7 +62,7 @@ pub enum NodeError {
         mount.display()
     )]
     InsideVolume {
-        field: &'static str,
+        field: Field,
         path: PathBuf,
         mount: PathBuf,
     },
@@ -67,14 +70,14 @@ pub enum NodeError {
     #[error("SINGLE_NODE_SINGLE_WRITER volume is already staged at {}", at.display())]
     StagedElsewhere { at: PathBuf },
     #[error("the parent directory of {field} does not exist")]
-    MissingParent { field: &'static str },
+    MissingParent { field: Field },
     /// A stats or expand path that is not there: the volume is not there, as the spec words it.
     #[error("{field} {value:?} does not exist")]
-    PathNotFound { field: &'static str, value: String },
+    PathNotFound { field: Field, value: String },
     #[error("volume {id} does not exist, and {field} {} is mounted", path.display())]
     UnknownButMounted {
         id: String,
-        field: &'static str,
+        field: Field,
         path: PathBuf,
     },
     #[error("volume {id} exists and is not an ephemeral volume")]

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::config::{Config, ConfigError};
+use crate::csi_spec::Field;
 use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::linux::mountinfo::Unlocatable;
@@ -246,7 +247,7 @@ impl Driver {
 
     /// A mount point from a request, resolved; refused inside or above the state directory,
     /// where a mount could cover or be deleted with volume data.
-    fn mount_point(&self, field: &'static str, path: &Path) -> Result<Option<PathBuf>, NodeError> {
+    fn mount_point(&self, field: Field, path: &Path) -> Result<Option<PathBuf>, NodeError> {
         let resolved = publish::resolve(field, path)?;
         let state_dir = self.state_dir.root();
         if let Some(real) = &resolved
@@ -262,7 +263,7 @@ impl Driver {
     }
 
     /// A mount point whose parent must exist.
-    fn existing_mount_point(&self, field: &'static str, path: &Path) -> Result<PathBuf, NodeError> {
+    fn existing_mount_point(&self, field: Field, path: &Path) -> Result<PathBuf, NodeError> {
         self.mount_point(field, path)?
             .ok_or(NodeError::MissingParent { field })
     }
@@ -288,7 +289,7 @@ impl Driver {
     /// Refuses a mount point whose parent lies in a mount of one of our volumes (a staging or
     /// target mount of any volume): making it would write into that volume's data. Asked of
     /// the two mounts concerned (the parent's, the volume data's), not the whole table.
-    fn not_inside_a_volume(&self, field: &'static str, path: &Path) -> Result<(), NodeError> {
+    fn not_inside_a_volume(&self, field: Field, path: &Path) -> Result<(), NodeError> {
         let Some(parent) = path.parent() else {
             return Ok(());
         };
@@ -342,7 +343,7 @@ impl Driver {
         } = how;
         // An inline volume is never staged: a staging mount would outlive its pod.
         let record = self.volumes.provisioned(id, "NodeStageVolume")?;
-        let field = "staging_target_path";
+        let field = Field::StagingTargetPath;
         let staging = self.existing_mount_point(field, staging)?;
         access(&record, block)?;
         self.not_the_other_calls(Role::Staging, &staging)?;
@@ -365,7 +366,7 @@ impl Driver {
     }
 
     pub fn unstage(&self, id: &str, staging: &Path) -> Result<(), NodeError> {
-        let field = "staging_target_path";
+        let field = Field::StagingTargetPath;
         let Some(staging) = self.mount_point(field, staging)? else {
             return Ok(());
         };
@@ -400,13 +401,14 @@ impl Driver {
         if let Some(record) = &record {
             access(record, req.block)?;
         }
-        let target = self.existing_mount_point("target_path", &req.target)?;
+        let target = self.existing_mount_point(Field::TargetPath, &req.target)?;
         let staging = match &req.staging {
-            Some(path) => Some(self.mount_point("staging_target_path", path)?.ok_or_else(
-                || publish::PublishError::NotStaged {
-                    staging: path.clone(),
-                },
-            )?),
+            Some(path) => Some(
+                self.mount_point(Field::StagingTargetPath, path)?
+                    .ok_or_else(|| publish::PublishError::NotStaged {
+                        staging: path.clone(),
+                    })?,
+            ),
             None => None,
         };
         // Checked on the request's paths already; resolved, a symlink could still nest them.
@@ -422,7 +424,7 @@ impl Driver {
         if let Some(staging) = &staging {
             self.not_the_other_calls(Role::Staging, staging)?;
         }
-        self.not_inside_a_volume("target_path", &target)?;
+        self.not_inside_a_volume(Field::TargetPath, &target)?;
         let published = match record.as_ref().filter(|r| r.block) {
             Some(record) => self.publish_block(
                 record,
@@ -479,7 +481,7 @@ impl Driver {
     /// NodeUnpublishVolume: the volume's mounts at the target undone, and the mount point
     /// removed only if publish made it for this volume; a staging path is refused untouched.
     pub fn unpublish(&self, id: &str, target: &Path) -> Result<(), NodeError> {
-        let field = "target_path";
+        let field = Field::TargetPath;
         let Some(target) = self.mount_point(field, target)? else {
             // No parent, so nothing can be mounted there; an ephemeral volume still goes.
             return ephemeral::remove(&self.volumes, &*self.mounter, id);
@@ -507,12 +509,7 @@ impl Driver {
     /// An unpublish or unstage for a volume we do not know: done already if nothing is
     /// mounted there (a retry after success, say), refused if something is. Nothing there is
     /// removed: this driver made no mount point for a volume it does not know.
-    fn unknown_volume_at(
-        &self,
-        id: &str,
-        field: &'static str,
-        path: &Path,
-    ) -> Result<(), NodeError> {
+    fn unknown_volume_at(&self, id: &str, field: Field, path: &Path) -> Result<(), NodeError> {
         if self.mounter.mount_at(path)?.is_some() {
             return Err(NodeError::UnknownButMounted {
                 id: id.to_owned(),
@@ -598,7 +595,7 @@ fn access(record: &Record, block: bool) -> Result<(), NodeError> {
 /// the mount table are canonical.
 fn existing_path(value: &str) -> Result<PathBuf, NodeError> {
     let not_found = || NodeError::PathNotFound {
-        field: "volume_path",
+        field: Field::VolumePath,
         value: value.to_owned(),
     };
     let path = crate::paths::normalise(value).map_err(|_| not_found())?;

@@ -10,6 +10,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use crate::csi_spec::Field;
 use crate::linux::mount::{MountError, MountOptions, Mounter};
 use crate::linux::mountinfo::Unlocatable;
 use crate::linux::mountpoint::Shown;
@@ -20,17 +21,17 @@ use crate::linux::resolve::{self as linux_resolve, ResolveError};
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     #[error("{field} has no parent")]
-    NoParent { field: &'static str },
+    NoParent { field: Field },
     #[error("{field} {} is a symbolic link", path.display())]
-    Symlink { field: &'static str, path: PathBuf },
+    Symlink { field: Field, path: PathBuf },
     #[error("{field} {} exists and is not a directory", path.display())]
-    NotADirectory { field: &'static str, path: PathBuf },
+    NotADirectory { field: Field, path: PathBuf },
     /// A block volume's target that is there already and is not a regular file.
-    #[error("target_path {} exists and is not a regular file", path.display())]
+    #[error("{} {} exists and is not a regular file", Field::TargetPath, path.display())]
     NotAFile { path: PathBuf },
     #[error("create {field} {}: {source}", path.display())]
     CreateMountPoint {
-        field: &'static str,
+        field: Field,
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -40,12 +41,12 @@ pub enum PublishError {
         path.display()
     )]
     OtherOptions {
-        field: &'static str,
+        field: Field,
         path: PathBuf,
         options: String,
     },
     #[error("{field} {} already holds another mount", path.display())]
-    OtherMount { field: &'static str, path: PathBuf },
+    OtherMount { field: Field, path: PathBuf },
     #[error(
         "volume is not staged at {}: NodeStageVolume must succeed first",
         staging.display()
@@ -57,11 +58,11 @@ pub enum PublishError {
         "{field} {} holds a mount that is not this volume; leaving it alone",
         path.display()
     )]
-    ForeignMount { field: &'static str, path: PathBuf },
+    ForeignMount { field: Field, path: PathBuf },
     /// A symlink on the way that root did not place, or a loop of them.
     #[error("{field} {}: {source}", path.display())]
     Resolve {
-        field: &'static str,
+        field: Field,
         path: PathBuf,
         #[source]
         source: ResolveError,
@@ -71,7 +72,7 @@ pub enum PublishError {
     #[error("{op} {field} {}: {source}", path.display())]
     Io {
         op: &'static str,
-        field: &'static str,
+        field: Field,
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -85,7 +86,7 @@ pub enum PublishError {
 /// [`resolve`](crate::linux::resolve); mount points in mountinfo are canonical), a symlink as
 /// the last component is refused (a mount there would land wherever it points).
 /// `Ok(None)`: the parent is missing.
-pub fn resolve(field: &'static str, path: &Path) -> Result<Option<PathBuf>, PublishError> {
+pub fn resolve(field: Field, path: &Path) -> Result<Option<PathBuf>, PublishError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(PublishError::NoParent { field });
     };
@@ -110,7 +111,7 @@ pub fn resolve(field: &'static str, path: &Path) -> Result<Option<PathBuf>, Publ
 
 /// Creates the mount point itself (never its parents: those are the CO's), through its parent
 /// opened without following links. `Ok(true)`: created now.
-fn make_mount_point(field: &'static str, path: &Path) -> Result<bool, PublishError> {
+fn make_mount_point(field: Field, path: &Path) -> Result<bool, PublishError> {
     match linux_resolve::make_dir(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::symlink_metadata(path) {
@@ -132,7 +133,7 @@ fn make_mount_point(field: &'static str, path: &Path) -> Result<bool, PublishErr
 /// with compatible options (nothing to do), `Ok(false)` when nothing is mounted there.
 fn already_there(
     mounter: &dyn Mounter,
-    field: &'static str,
+    field: Field,
     path: &Path,
     source: Shown,
     options: &MountOptions,
@@ -160,10 +161,10 @@ pub fn stage(
     options: MountOptions,
 ) -> Result<bool, PublishError> {
     let source = mounter.identity(dir)?;
-    if already_there(mounter, "staging_target_path", staging, source, &options)? {
+    if already_there(mounter, Field::StagingTargetPath, staging, source, &options)? {
         return Ok(false);
     }
-    make_mount_point("staging_target_path", staging)?;
+    make_mount_point(Field::StagingTargetPath, staging)?;
     mounter.bind(dir, staging, options)?;
     Ok(true)
 }
@@ -193,7 +194,7 @@ pub enum Published {
 /// Binds the staged volume on the target.
 pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, PublishError> {
     let source = mounter.identity(p.dir)?;
-    if already_there(mounter, "target_path", p.target, source, &p.options)? {
+    if already_there(mounter, Field::TargetPath, p.target, source, &p.options)? {
         return Ok(Published::Already);
     }
     if let Some(staging) = p.staging
@@ -208,7 +209,7 @@ pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, Publ
     {
         return Err(PublishError::PublishedElsewhere { at });
     }
-    let created = make_mount_point("target_path", p.target)?;
+    let created = make_mount_point(Field::TargetPath, p.target)?;
     if let Err(e) = mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options) {
         if created {
             let _ = remove_mount_point(p.target);
@@ -239,7 +240,7 @@ fn published_elsewhere(
 /// anything was unmounted.
 pub fn unmount_volume(
     mounter: &dyn Mounter,
-    field: &'static str,
+    field: Field,
     path: &Path,
     dir: &Path,
 ) -> Result<bool, PublishError> {
@@ -294,7 +295,7 @@ pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
         }
         Err(source) => Err(PublishError::Io {
             op: "remove",
-            field: "target_path",
+            field: Field::TargetPath,
             path: path.to_owned(),
             source,
         }),

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use tonic::Status;
 
+use crate::csi_spec::Field;
 use crate::proto::csi::*;
 
 pub use crate::csi_spec::{MAX_MAP, MAX_MOUNT_FLAGS, MAX_PATH, MAX_STRING};
@@ -167,9 +168,9 @@ fn string(field: &str, value: &str) -> Result<(), Status> {
     }
 }
 
-fn path(field: &str, value: &str) -> Result<(), Status> {
+fn path(field: Field, value: &str) -> Result<(), Status> {
     match value.len() {
-        n if n >= MAX_PATH => Err(too_long(field, n, MAX_PATH - 1, " (a path)")),
+        n if n >= MAX_PATH => Err(too_long(field.wire_name(), n, MAX_PATH - 1, " (a path)")),
         _ => Ok(()),
     }
 }
@@ -286,7 +287,7 @@ impl SizeLimits for NodeStageVolumeRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;
         map("publish_context", &self.publish_context)?;
-        path("staging_target_path", &self.staging_target_path)?;
+        path(Field::StagingTargetPath, &self.staging_target_path)?;
         capabilities("volume_capability", self.volume_capability.as_slice())?;
         map("secrets", &self.secrets)?;
         map("volume_context", &self.volume_context)
@@ -296,7 +297,7 @@ impl SizeLimits for NodeStageVolumeRequest {
 impl SizeLimits for NodeUnstageVolumeRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;
-        path("staging_target_path", &self.staging_target_path)
+        path(Field::StagingTargetPath, &self.staging_target_path)
     }
 }
 
@@ -304,8 +305,8 @@ impl SizeLimits for NodePublishVolumeRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;
         map("publish_context", &self.publish_context)?;
-        path("staging_target_path", &self.staging_target_path)?;
-        path("target_path", &self.target_path)?;
+        path(Field::StagingTargetPath, &self.staging_target_path)?;
+        path(Field::TargetPath, &self.target_path)?;
         capabilities("volume_capability", self.volume_capability.as_slice())?;
         map("secrets", &self.secrets)?;
         map("volume_context", &self.volume_context)
@@ -315,23 +316,23 @@ impl SizeLimits for NodePublishVolumeRequest {
 impl SizeLimits for NodeUnpublishVolumeRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;
-        path("target_path", &self.target_path)
+        path(Field::TargetPath, &self.target_path)
     }
 }
 
 impl SizeLimits for NodeGetVolumeStatsRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;
-        path("volume_path", &self.volume_path)?;
-        path("staging_target_path", &self.staging_target_path)
+        path(Field::VolumePath, &self.volume_path)?;
+        path(Field::StagingTargetPath, &self.staging_target_path)
     }
 }
 
 impl SizeLimits for NodeExpandVolumeRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("volume_id", &self.volume_id)?;
-        path("volume_path", &self.volume_path)?;
-        path("staging_target_path", &self.staging_target_path)?;
+        path(Field::VolumePath, &self.volume_path)?;
+        path(Field::StagingTargetPath, &self.staging_target_path)?;
         capabilities("volume_capability", self.volume_capability.as_slice())?;
         map("secrets", &self.secrets)
     }

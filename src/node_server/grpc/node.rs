@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
+use crate::csi_spec::Field;
 use crate::linux::loopdev::LoopError as L;
 use crate::linux::quota::QuotaError;
 use crate::linux::resolve::ResolveError;
@@ -205,7 +206,7 @@ impl Node for NodeService {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
-        let staging = validate::path("staging_target_path", &req.staging_target_path)?;
+        let staging = validate::path(Field::StagingTargetPath, &req.staging_target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
         log::trace!("NodeStageVolume volume={id} staging={}", staging.display());
         let options = cap.options(false)?;
@@ -229,7 +230,7 @@ impl Node for NodeService {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
-        let staging = validate::path("staging_target_path", &req.staging_target_path)?;
+        let staging = validate::path(Field::StagingTargetPath, &req.staging_target_path)?;
         log::trace!(
             "NodeUnstageVolume volume={id} staging={}",
             staging.display()
@@ -247,7 +248,7 @@ impl Node for NodeService {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
-        let target = validate::path("target_path", &req.target_path)?;
+        let target = validate::path(Field::TargetPath, &req.target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
         log::trace!(
             "NodePublishVolume volume={id} target={} readonly={}",
@@ -258,19 +259,22 @@ impl Node for NodeService {
         let staging = match req.staging_target_path.as_str() {
             "" if ephemeral => None,
             "" => {
-                return Err(Status::failed_precondition(
-                    "staging_target_path is required: this plugin stages volumes",
-                ));
+                return Err(Status::failed_precondition(format!(
+                    "{} is required: this plugin stages volumes",
+                    Field::StagingTargetPath
+                )));
             }
-            path => Some(validate::path("staging_target_path", path)?),
+            path => Some(validate::path(Field::StagingTargetPath, path)?),
         };
         if let Some(staging) = staging.as_ref().filter(|_| !ephemeral)
             && validate::nested(&target, staging)
         {
             return Err(Status::invalid_argument(format!(
-                "target_path {} and staging_target_path {} are the same or one is inside the \
-                 other: the volume cannot be published onto its own staging mount",
+                "{} {} and {} {} are the same or one is inside the other: the volume cannot \
+                 be published onto its own staging mount",
+                Field::TargetPath,
                 target.display(),
+                Field::StagingTargetPath,
                 staging.display()
             )));
         }
@@ -298,7 +302,7 @@ impl Node for NodeService {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
-        let target = validate::path("target_path", &req.target_path)?;
+        let target = validate::path(Field::TargetPath, &req.target_path)?;
         log::trace!(
             "NodeUnpublishVolume volume={id} target={}",
             target.display()
@@ -316,7 +320,7 @@ impl Node for NodeService {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
-        validate::required("volume_path", &req.volume_path)?;
+        validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
         log::trace!("NodeGetVolumeStats volume={id}");
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
         let work = move |d: &Driver| d.stats(&id, &req.volume_path);
@@ -341,7 +345,7 @@ impl Node for NodeService {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
-        validate::required("volume_path", &req.volume_path)?;
+        validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
         validate::capacity_range(req.capacity_range.as_ref())?;
         log::trace!("NodeExpandVolume volume={id}");
         let key = id.clone();

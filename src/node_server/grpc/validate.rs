@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use tonic::Status;
 
+use crate::csi_spec::Field;
 use crate::linux::mount::MountOptions;
 use crate::proto::csi::{CapacityRange, VolumeCapability, volume_capability};
 
@@ -92,8 +93,8 @@ pub fn volume_id_of<'a>(field: &str, id: &'a str) -> Result<&'a str, Status> {
 }
 
 /// A required absolute path from a request.
-pub fn path(field: &str, value: &str) -> Result<PathBuf, Status> {
-    required(field, value)?;
+pub fn path(field: Field, value: &str) -> Result<PathBuf, Status> {
+    required(field.wire_name(), value)?;
     normalise(value)
         .map_err(|problem| Status::invalid_argument(format!("{field} {value:?} {problem}")))
 }

@@ -133,7 +133,7 @@ fn a_single_writer_volume_is_not_published_at_a_second_target() {
 fn unmounting_leaves_a_foreign_mount_alone() {
     let s = setup();
     stage(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
-    let err = unmount_volume(&s.mounter, "staging_target_path", &s.staging, &s.vol).unwrap_err();
+    let err = unmount_volume(&s.mounter, Field::StagingTargetPath, &s.staging, &s.vol).unwrap_err();
     assert!(matches!(err, PublishError::ForeignMount { .. }), "{err}");
     assert!(!s.mounter.calls().iter().any(|c| c.starts_with("unmount")));
 }
@@ -143,8 +143,8 @@ fn unmounting_removes_every_stacked_mount_of_the_volume() {
     let s = setup();
     s.mounter.bind(&s.vol, &s.staging, rw()).unwrap();
     s.mounter.bind(&s.vol, &s.staging, rw()).unwrap();
-    assert!(unmount_volume(&s.mounter, "staging_target_path", &s.staging, &s.vol).unwrap());
-    assert!(!unmount_volume(&s.mounter, "staging_target_path", &s.staging, &s.vol).unwrap());
+    assert!(unmount_volume(&s.mounter, Field::StagingTargetPath, &s.staging, &s.vol).unwrap());
+    assert!(!unmount_volume(&s.mounter, Field::StagingTargetPath, &s.staging, &s.vol).unwrap());
     let table = s.mounter.mount_table().unwrap();
     assert!(table.mounted_at(&s.staging).is_none());
 }
@@ -170,15 +170,15 @@ fn a_symlink_as_the_last_component_is_refused_and_a_missing_parent_is_reported()
     let s = setup();
     let link = s.vol.with_file_name("link");
     std::os::unix::fs::symlink(&s.other_vol, &link).unwrap();
-    let err = resolve("target_path", &link).unwrap_err();
+    let err = resolve(Field::TargetPath, &link).unwrap_err();
     assert!(matches!(err, PublishError::Symlink { .. }), "{err}");
     assert_eq!(
-        resolve("target_path", &s.vol.join("no/such")).unwrap(),
+        resolve(Field::TargetPath, &s.vol.join("no/such")).unwrap(),
         None
     );
     let through = link.join("child");
     assert_eq!(
-        resolve("target_path", &through).unwrap(),
+        resolve(Field::TargetPath, &through).unwrap(),
         Some(s.other_vol.canonicalize().unwrap().join("child")),
         "symlinks in the parent are followed, as the kernel will"
     );

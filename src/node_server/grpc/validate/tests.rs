@@ -33,17 +33,17 @@ fn volume_ids_must_be_one_plain_path_component() {
 #[test]
 fn paths_are_normalised_and_traversal_is_refused() {
     assert_eq!(
-        path("target_path", "//a/./b//c/").unwrap(),
+        path(Field::TargetPath, "//a/./b//c/").unwrap(),
         PathBuf::from("/a/b/c")
     );
     for bad in ["", "relative/x", "/a/../b", "/..", "/", "/a/b/..", "/a\0b"] {
         assert_eq!(
-            code(path("target_path", bad)),
+            code(path(Field::TargetPath, bad)),
             Code::InvalidArgument,
             "{bad:?}"
         );
     }
-    let message = path("staging_target_path", "/a/../etc").unwrap_err();
+    let message = path(Field::StagingTargetPath, "/a/../etc").unwrap_err();
     assert!(
         message.message().contains("staging_target_path"),
         "{message:?}"

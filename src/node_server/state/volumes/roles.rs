@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::csi_spec::Field;
+
 #[cfg(doc)]
 use crate::node_server::state::store::mount_notes;
 use crate::node_server::state::store::{Record, Target};
@@ -19,10 +21,10 @@ pub enum Role {
 
 impl Role {
     /// The request field that names a path in this role.
-    pub fn field(self) -> &'static str {
+    pub fn field(self) -> Field {
         match self {
-            Role::Staging => "staging_target_path",
-            Role::Target => "target_path",
+            Role::Staging => Field::StagingTargetPath,
+            Role::Target => Field::TargetPath,
         }
     }
 }
