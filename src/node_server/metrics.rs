@@ -2,7 +2,7 @@
 //! what the quota checks found — escapes from volumes' project quotas, charged back — read
 //! from the driver's totals at each scrape.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -95,7 +95,7 @@ pub fn answer<T: Fn() -> Totals>(handler: &Mutex<Handler<T>>, path: &str) -> Rep
         return Reply::not_found();
     }
     // One scrape at a time brings the counters up to date; a panic cannot tear a counter.
-    let handler = handler.lock().unwrap_or_else(PoisonError::into_inner);
+    let handler = crate::mutex::lock(handler);
     handler.counters.update((handler.totals)());
     Reply {
         status: 200,

@@ -26,6 +26,7 @@ use crate::node_server::state::layout::block_image_in;
 use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
 use crate::node_server::state::volume_quota::Hold;
 use crate::node_server::state::volumes::{ContentSource, Record, VolumeError};
+use crate::path_io::PathIoError;
 
 /// What a new volume's limit is raised by while its content is copied in.
 pub const COPY_HEADROOM: u64 = 1 << 20;
@@ -107,13 +108,9 @@ impl Driver {
                 loopdev::create_backing_file(&image, capacity)?;
             }
         }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(
-            |source| VolumeError::Io {
-                op: "set the mode of",
-                path: dir.to_owned(),
-                source,
-            },
-        )?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(PathIoError::at("set the mode of", dir))
+            .map_err(VolumeError::from)?;
         Ok(())
     }
 }

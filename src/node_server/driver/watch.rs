@@ -43,7 +43,7 @@ struct Stop {
 impl Stop {
     /// Sleeps `pause`, or less if stopped meanwhile; whether it is stopped.
     fn wait(&self, pause: Duration) -> bool {
-        let stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        let stopped = crate::mutex::lock(&self.stopped);
         let (stopped, _) = self
             .wake
             .wait_timeout_while(stopped, pause, |stopped| !*stopped)
@@ -52,7 +52,7 @@ impl Stop {
     }
 
     fn set(&self) {
-        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        *crate::mutex::lock(&self.stopped) = true;
         self.wake.notify_all();
     }
 }

@@ -73,9 +73,7 @@ fn status(error: ControllerError) -> Status {
         | E::SourceTooLarge { .. }
         | E::SourceHolds { .. }
         | E::CopyTooLarge { .. } => Code::OutOfRange,
-        E::Volume(
-            V::Unlocatable(_) | V::Io { .. } | V::Undeletable { .. } | V::Store(_) | V::Quota(_),
-        )
+        E::Volume(V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_))
         | E::Mount(_)
         | E::Worker(_)
         | E::Loop(_)

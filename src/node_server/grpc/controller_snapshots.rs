@@ -44,16 +44,15 @@ pub fn status(error: SnapshotError) -> Status {
             V::NoRoomToGrow { .. }
             | V::InUse { .. }
             | V::Unlocatable(_)
-            | V::Io { .. }
+            | V::Io(_)
             | V::Undeletable { .. }
-            | V::Store(_)
             | V::Quota(_)
             | V::LimitKept { .. },
         )
         | E::Copy { .. }
         | E::Remove(_)
         | E::Flush(_)
-        | E::Store(_)
+        | E::Io(_)
         | E::Worker(_) => Code::Internal,
     };
     Status::new(code, error.to_string())

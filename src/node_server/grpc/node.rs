@@ -83,9 +83,7 @@ fn status(error: NodeError) -> Status {
             V::NoSpace { .. } | V::NoInodes { .. } | V::Quota(QuotaError::Exhausted { .. }),
         ) => Code::ResourceExhausted,
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
-        E::Volume(
-            V::Unlocatable(_) | V::Io { .. } | V::Undeletable { .. } | V::Store(_) | V::Quota(_),
-        )
+        E::Volume(V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_))
         | E::Publish(
             P::Unlocatable(_)
             | P::Io { .. }

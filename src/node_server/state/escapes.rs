@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::linux::quota::tree::Tally;
@@ -75,7 +75,7 @@ pub struct Escapes {
 impl Escapes {
     fn episodes(&self) -> MutexGuard<'_, HashMap<String, Episode>> {
         // Each change is one insert or remove: a panic elsewhere cannot tear the map.
-        self.episodes.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(&self.episodes)
     }
 
     /// What a check of volume `id` (project `project`) found: `whole` for a walk of its whole

@@ -13,7 +13,7 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
@@ -72,16 +72,13 @@ impl Orphans {
     }
 
     fn push(&self, path: PathBuf) {
-        let mut found = self.found.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found = crate::mutex::lock(&self.found);
         found.push(path);
     }
 
     /// How many are waiting.
     pub fn len(&self) -> usize {
-        self.found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        crate::mutex::lock(&self.found).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -92,7 +89,7 @@ impl Orphans {
     /// 19; `None` when there is nothing to remove. Each one is logged when it is gone; one that
     /// cannot be removed (a mount inside it) is logged and left for the next start-up.
     pub fn remove_in_background(&self) -> Option<std::thread::JoinHandle<()>> {
-        let found = std::mem::take(&mut *self.found.lock().unwrap_or_else(PoisonError::into_inner));
+        let found = std::mem::take(&mut *crate::mutex::lock(&self.found));
         if found.is_empty() {
             return None;
         }

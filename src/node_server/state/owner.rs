@@ -9,12 +9,13 @@
 //! in-process tests rely on it), and a waiter blocked in `flock` wakes as soon as it is free.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::lock_file;
+use crate::path_io::PathIoError;
 
 use super::layout::StateDir;
 
@@ -30,13 +31,8 @@ pub struct Owner {
 pub enum OwnerError {
     #[error("state directory {} is in use by another node-server ({holder})", dir.display())]
     Busy { dir: PathBuf, holder: String },
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
 }
 
 impl Owner {
@@ -52,7 +48,7 @@ impl Owner {
 
     fn take(state_dir: &StateDir, how: FlockArg) -> Result<Self, OwnerError> {
         let path = state_dir.owner_lock();
-        let file = lock_file::open(&path).map_err(io("open lock file", &path))?;
+        let file = lock_file::open(&path).map_err(PathIoError::at("open lock file", &path))?;
         let mut lock = match Flock::lock(file, how) {
             Ok(lock) => lock,
             Err((mut file, Errno::EWOULDBLOCK)) => {
@@ -61,9 +57,9 @@ impl Owner {
                     holder: lock_file::holder(&mut file),
                 });
             }
-            Err((_, errno)) => return Err(io("lock", &path)(errno.into())),
+            Err((_, errno)) => return Err(PathIoError::at("lock", &path)(errno.into()).into()),
         };
-        lock_file::sign(&mut lock).map_err(io("write lock file", &path))?;
+        lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", &path))?;
         Ok(Self {
             state_dir: state_dir.clone(),
             _lock: lock,
@@ -73,14 +69,6 @@ impl Owner {
     /// The directory this lock is on.
     pub fn state_dir(&self) -> &StateDir {
         &self.state_dir
-    }
-}
-
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> OwnerError + 'a {
-    move |source| OwnerError::Io {
-        op,
-        path: path.to_owned(),
-        source,
     }
 }
 

@@ -9,7 +9,7 @@
 //! 100 GiB volume is copied without reflinks).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The key of a volume as a copy source (volume and snapshot IDs are chosen apart, but an
 /// ephemeral volume's ID is the CO's, so the kinds are kept apart here too).
@@ -64,7 +64,7 @@ impl Sources {
 
     fn uses(&self) -> MutexGuard<'_, HashMap<String, Use>> {
         // Every critical section leaves the map consistent.
-        self.uses.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(&self.uses)
     }
 
     /// Starts a copy from `id`, unless it is being deleted.

@@ -22,6 +22,7 @@ use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::layout;
 use crate::node_server::state::layout::volume_id_problem;
 use crate::node_server::state::layout::{RecordDir, RecordName};
+use crate::path_io::PathIoError;
 
 /// What we remember about a volume.
 ///
@@ -200,25 +201,6 @@ pub fn decode<R: Persisted>(bytes: &[u8]) -> serde_json::Result<R> {
     serde_json::from_slice(bytes)
 }
 
-/// A failed store operation, naming what was attempted and on which path.
-#[derive(Debug, thiserror::Error)]
-#[error("{op} {}: {source}", path.display())]
-pub struct StoreError {
-    pub op: &'static str,
-    pub path: PathBuf,
-    #[source]
-    pub source: std::io::Error,
-}
-
-/// `map_err(err("remove", path))`: an I/O error with its operation and path.
-fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |source| StoreError {
-        op,
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// The metadata directory of one kind of record.
 #[derive(Debug)]
 pub struct Store<R = Record> {
@@ -244,7 +226,7 @@ impl<R: Persisted> Store<R> {
     /// Opens (creating if needed) the metadata directory and loads every record in it.
     /// Leftover temporary files from an interrupted write are removed; a record that cannot
     /// be read is logged (once, with its path and why) and skipped, never deleted.
-    pub fn open(records_dir: RecordDir) -> Result<(Self, Vec<R>), StoreError> {
+    pub fn open(records_dir: RecordDir) -> Result<(Self, Vec<R>), PathIoError> {
         Self::open_reporting(records_dir, |path, why| {
             log::error!(
                 "skipping unreadable {} record {} (left in place): {why}",
@@ -258,22 +240,22 @@ impl<R: Persisted> Store<R> {
     fn open_reporting(
         records_dir: RecordDir,
         mut skipped: impl FnMut(&Path, RecordError),
-    ) -> Result<(Self, Vec<R>), StoreError> {
+    ) -> Result<(Self, Vec<R>), PathIoError> {
         let dir = records_dir.path();
-        std::fs::create_dir_all(dir).map_err(err("create", dir))?;
+        std::fs::create_dir_all(dir).map_err(PathIoError::at("create", dir))?;
         if let Some(parent) = dir.parent() {
             sync_dir(parent)?;
         }
         let mut records = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(err("list", dir))? {
-            let entry = entry.map_err(err("list", dir))?;
+        for entry in std::fs::read_dir(dir).map_err(PathIoError::at("list", dir))? {
+            let entry = entry.map_err(PathIoError::at("list", dir))?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             let id = match RecordDir::name(&name) {
                 RecordName::Record(id) => id,
                 RecordName::Temporary => {
                     log::info!("removing interrupted write {}", path.display());
-                    std::fs::remove_file(&path).map_err(err("remove", &path))?;
+                    std::fs::remove_file(&path).map_err(PathIoError::at("remove", &path))?;
                     continue;
                 }
                 RecordName::Other => continue,
@@ -318,33 +300,33 @@ impl<R: Persisted> Store<R> {
     }
 
     /// Writes a record so that it survives a crash at any point.
-    pub fn save(&self, record: &R) -> Result<(), StoreError> {
+    pub fn save(&self, record: &R) -> Result<(), PathIoError> {
         self.write(record)?;
         self.sync_dir()
     }
 
     /// The record written to a temporary file, synced, renamed over the old one.
-    fn write(&self, record: &R) -> Result<(), StoreError> {
+    fn write(&self, record: &R) -> Result<(), PathIoError> {
         let path = self.dir.record(record.id());
         let temp = self.dir.temporary(record.id());
         let body = encode(record)
             .map_err(std::io::Error::other)
-            .map_err(err("encode", &path))?;
+            .map_err(PathIoError::at("encode", &path))?;
         replace_file(&temp, &path, &body, Synced::Yes)
     }
 
     /// Removes a record durably; a record that is already gone is fine.
-    pub fn remove(&self, id: &str) -> Result<(), StoreError> {
+    pub fn remove(&self, id: &str) -> Result<(), PathIoError> {
         let path = self.dir.record(id);
         match std::fs::remove_file(&path) {
             Ok(()) => self.sync_dir(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(err("remove", &path)(e)),
+            Err(e) => Err(PathIoError::at("remove", &path)(e)),
         }
     }
 
     /// A rename or unlink is durable only once its directory is synced.
-    fn sync_dir(&self) -> Result<(), StoreError> {
+    fn sync_dir(&self) -> Result<(), PathIoError> {
         sync_dir(self.dir.path())
     }
 }
@@ -380,7 +362,7 @@ enum Synced {
 
 /// `body` written to `temp` (0600), synced if asked, renamed over `path`; `temp` is removed
 /// when any step fails.
-fn replace_file(temp: &Path, path: &Path, body: &[u8], synced: Synced) -> Result<(), StoreError> {
+fn replace_file(temp: &Path, path: &Path, body: &[u8], synced: Synced) -> Result<(), PathIoError> {
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -395,18 +377,18 @@ fn replace_file(temp: &Path, path: &Path, body: &[u8], synced: Synced) -> Result
         }
     };
     write()
-        .map_err(err("write", temp))
-        .and_then(|()| std::fs::rename(temp, path).map_err(err("rename into", path)))
+        .map_err(PathIoError::at("write", temp))
+        .and_then(|()| std::fs::rename(temp, path).map_err(PathIoError::at("rename into", path)))
         .inspect_err(|_| {
             let _ = std::fs::remove_file(temp);
         })
 }
 
 /// Makes the entries of a directory (created, renamed, removed) durable.
-pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+pub fn sync_dir(dir: &Path) -> Result<(), PathIoError> {
     std::fs::File::open(dir)
         .and_then(|file| file.sync_all())
-        .map_err(err("sync", dir))
+        .map_err(PathIoError::at("sync", dir))
 }
 
 pub mod mount_notes;

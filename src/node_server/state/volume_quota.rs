@@ -12,7 +12,7 @@
 //! holds more than its size would stop its pod's writes at once.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::linux::quota::{
@@ -149,7 +149,7 @@ impl VolumeQuotas {
 
     fn ids(ids: &Mutex<ProjectIds>) -> MutexGuard<'_, ProjectIds> {
         // Allocation leaves the set consistent at every step; a panic elsewhere cannot tear it.
-        ids.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(ids)
     }
 
     /// At start-up: takes the project IDs the records hold (and those the project files

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::linux::mountinfo::{MountTable, Unlocatable};
 use crate::linux::quota::QuotaError;
@@ -17,8 +17,9 @@ use crate::node_server::state::capacity;
 use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::orphans::Orphans;
 pub use crate::node_server::state::store::{ContentSource, Record};
-use crate::node_server::state::store::{Store, StoreError, sync_dir};
+use crate::node_server::state::store::{Store, sync_dir};
 use crate::node_server::state::volume_quota::{self, Hold, LimitKept, Released, VolumeQuotas};
+use crate::path_io::PathIoError;
 
 /// What can go wrong with the volumes themselves; each variant names the volume, the sizes or
 /// the path involved.
@@ -54,28 +55,12 @@ pub enum VolumeError {
     },
     #[error(transparent)]
     Unlocatable(#[from] Unlocatable),
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Io(#[from] PathIoError),
     #[error(transparent)]
     Quota(#[from] QuotaError),
     #[error(transparent)]
     LimitKept(#[from] LimitKept),
-}
-
-/// `map_err(io("remove", path))`: an I/O error with its operation and path.
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> VolumeError + 'a {
-    move |source| VolumeError::Io {
-        op,
-        path: path.to_owned(),
-        source,
-    }
 }
 
 #[derive(Debug, Default)]
@@ -162,7 +147,7 @@ impl Drop for Busy {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section leaves the data consistent, so a panic elsewhere does not
     // make it unusable.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+    crate::mutex::lock(mutex)
 }
 
 impl Volumes {
@@ -175,7 +160,7 @@ impl Volumes {
     /// The directory volume directories are made in, created.
     pub fn create_data_dir(state: &StateDir) -> Result<&Path, VolumeError> {
         let data_dir = state.volume_data();
-        std::fs::create_dir_all(data_dir).map_err(io("create", data_dir))?;
+        std::fs::create_dir_all(data_dir).map_err(PathIoError::at("create", data_dir))?;
         Ok(data_dir)
     }
 
@@ -307,8 +292,9 @@ impl Volumes {
             .fold(reserved, |sum, r| sum.saturating_add(self.promised(r)));
         let promised = if self.overcommit { 0 } else { promised };
         let data_dir = self.state.volume_data();
-        capacity::available(self.total, allocated, promised, data_dir)
-            .map_err(io("measure free space of", data_dir))
+        let available = capacity::available(self.total, allocated, promised, data_dir)
+            .map_err(PathIoError::at("measure free space of", data_dir))?;
+        Ok(available)
     }
 
     /// What a volume may still write: its size less its project's usage where that is read.
@@ -330,8 +316,8 @@ impl Volumes {
             return Ok(());
         }
         let data_dir = self.state.volume_data();
-        let Some(inodes) =
-            capacity::inodes(data_dir).map_err(io("measure free inodes of", data_dir))?
+        let Some(inodes) = capacity::inodes(data_dir)
+            .map_err(PathIoError::at("measure free inodes of", data_dir))?
         else {
             return Ok(());
         };
@@ -465,12 +451,13 @@ impl Volumes {
             Ok(()) => {}
             // Left by a crash between mkdir and the record: the same volume, still empty.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io("create", dir)(e)),
+            Err(e) => return Err(PathIoError::at("create", dir)(e).into()),
         }
         // World-writable like an emptyDir: pods run as any user; volume_mount_group narrows
         // the group when the CO asks.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(io("set mode of", dir))
+            .map_err(PathIoError::at("set mode of", dir))?;
+        Ok(())
     }
 
     /// Counts `bytes` held outside volumes (a snapshot's data) against `--capacity`, if they
@@ -508,10 +495,12 @@ impl Volumes {
     /// before anything is served: one rename each, so no call can find them however large.
     pub fn set_aside_unrecorded(&self, orphans: &Orphans) -> Result<(), VolumeError> {
         let data_dir = self.state.volume_data();
-        orphans.resume(data_dir).map_err(io("list", data_dir))?;
-        let names = std::fs::read_dir(data_dir).map_err(io("list", data_dir))?;
+        orphans
+            .resume(data_dir)
+            .map_err(PathIoError::at("list", data_dir))?;
+        let names = std::fs::read_dir(data_dir).map_err(PathIoError::at("list", data_dir))?;
         for entry in names {
-            let entry = entry.map_err(io("list", data_dir))?;
+            let entry = entry.map_err(PathIoError::at("list", data_dir))?;
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
             if crate::node_server::state::layout::volume_id_problem(id).is_some()
@@ -576,7 +565,8 @@ impl Volumes {
         };
         let dir = self.path_of(&record.id);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
-            .map_err(io("set the mode of", &dir))
+            .map_err(PathIoError::at("set the mode of", &dir))?;
+        Ok(())
     }
 
     /// Holds a volume to its recorded capacity at once (expansion; a retry after a failed
@@ -689,13 +679,15 @@ impl Volumes {
     /// so files created in it inherit the group, as Kubernetes does for `fsGroup`.
     pub fn set_group(&self, id: &str, gid: u32) -> Result<(), VolumeError> {
         let dir = self.path_of(id);
-        std::os::unix::fs::lchown(&dir, None, Some(gid)).map_err(io("set the group of", &dir))?;
+        std::os::unix::fs::lchown(&dir, None, Some(gid))
+            .map_err(PathIoError::at("set the group of", &dir))?;
         let mode = std::fs::symlink_metadata(&dir)
-            .map_err(io("inspect", &dir))?
+            .map_err(PathIoError::at("inspect", &dir))?
             .permissions()
             .mode();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o2070))
-            .map_err(io("make group-writable and setgid", &dir))
+            .map_err(PathIoError::at("make group-writable and setgid", &dir))?;
+        Ok(())
     }
 }
 

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use crate::linux::copy::CopyError;
 use crate::linux::loopdev::LoopError;
 use crate::node_server::state::sources::SourceBusy;
-use crate::node_server::state::store::StoreError;
 use crate::node_server::state::volumes::VolumeError;
+use crate::path_io::PathIoError;
 use crate::runtime::WorkerError;
 
 /// A failed snapshot or group snapshot operation.
@@ -46,7 +46,7 @@ pub enum SnapshotError {
     #[error("flush the block volume's device before the copy: {0}")]
     Flush(#[from] LoopError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Io(#[from] PathIoError),
     #[error(transparent)]
     Worker(#[from] WorkerError),
 }

@@ -15,15 +15,15 @@ pub mod records;
 mod take;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::linux::copy;
 use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::layout::volume_id_problem;
 use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::store::{self, Store};
-use crate::node_server::state::volumes::VolumeError;
+use crate::path_io::PathIoError;
 pub use error::SnapshotError;
 pub use records::{Group, Snapshot, Time};
 pub use take::{Cut, spread};
@@ -49,22 +49,12 @@ pub struct Snapshots {
     inner: Mutex<Inner>,
 }
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SnapshotError + 'a {
-    move |source| {
-        SnapshotError::Volume(VolumeError::Io {
-            op,
-            path: path.to_owned(),
-            source,
-        })
-    }
-}
-
 impl Snapshots {
     /// Opens the snapshot directories of the state directory (creating them), loads every
     /// record and sets aside what interrupted operations left, for `orphans` to remove.
     pub fn open(state: &StateDir, orphans: &Orphans) -> Result<Self, SnapshotError> {
         let data_dir = state.snapshot_data();
-        std::fs::create_dir_all(data_dir).map_err(io("create", data_dir))?;
+        std::fs::create_dir_all(data_dir).map_err(PathIoError::at("create", data_dir))?;
         let (store, snapshots) = Store::<Snapshot>::open(state.snapshot_records().clone())?;
         let (groups, loaded_groups) = Store::<Group>::open(state.group_records().clone())?;
         let this = Self {
@@ -91,7 +81,9 @@ impl Snapshots {
         orphans: &Orphans,
     ) -> Result<(), SnapshotError> {
         let data_dir = self.state.snapshot_data();
-        orphans.resume(data_dir).map_err(io("list", data_dir))?;
+        orphans
+            .resume(data_dir)
+            .map_err(PathIoError::at("list", data_dir))?;
         let set_aside = |name: &std::ffi::OsStr| {
             if let Err(e) = orphans.set_aside(data_dir, name) {
                 log::error!("could not set aside {}: {e}", data_dir.join(name).display());
@@ -129,8 +121,8 @@ impl Snapshots {
             }
         }
         drop(inner);
-        for entry in std::fs::read_dir(data_dir).map_err(io("list", data_dir))? {
-            let entry = entry.map_err(io("list", data_dir))?;
+        for entry in std::fs::read_dir(data_dir).map_err(PathIoError::at("list", data_dir))? {
+            let entry = entry.map_err(PathIoError::at("list", data_dir))?;
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
             if volume_id_problem(id).is_none() && !self.store.has_file(id) {
@@ -143,7 +135,7 @@ impl Snapshots {
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
         // Every critical section leaves the maps consistent.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(&self.inner)
     }
 
     /// Where a snapshot's tree is (or goes).

@@ -21,7 +21,7 @@ use super::Snapshots;
 use super::records::{Time, now};
 use crate::linux::copy::{self, Options, Report, SkipReason};
 use crate::node_server::state::snapshots::SnapshotError;
-use crate::node_server::state::volumes::VolumeError;
+use crate::path_io::PathIoError;
 
 /// One snapshot's data, copied and durable under its ID, not yet recorded.
 #[derive(Debug)]
@@ -35,15 +35,10 @@ pub struct Cut {
 
 /// Flushes the filesystem holding `dir` (all volumes share the state directory's).
 fn sync(dir: &Path) -> Result<(), SnapshotError> {
-    let fail = |source| {
-        SnapshotError::Volume(VolumeError::Io {
-            op: "sync the filesystem of",
-            path: dir.to_owned(),
-            source,
-        })
-    };
-    let file = File::open(dir).map_err(fail)?;
-    nix::unistd::syncfs(&file).map_err(|e| fail(e.into()))
+    let op = "sync the filesystem of";
+    let file = File::open(dir).map_err(PathIoError::at(op, dir))?;
+    nix::unistd::syncfs(&file).map_err(|e| PathIoError::new(op, dir, e.into()))?;
+    Ok(())
 }
 
 impl Snapshots {

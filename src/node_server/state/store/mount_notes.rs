@@ -16,7 +16,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Record, Store, StoreError, Synced, Target, err, replace_file};
+use super::{Record, Store, Synced, Target, replace_file};
+use crate::path_io::PathIoError;
 
 /// The longest notes written in place (see [`Store::save_mount_notes`]).
 const ONE_PAGE: usize = 4096;
@@ -41,7 +42,7 @@ impl Store<Record> {
     /// over would make and free an inode per call, and ext4 scans past every inode freed in the
     /// last moments when it allocates one: at hundreds of publishes a second that scan was a
     /// third of a publish's CPU. Longer notes take the temporary file and the rename.
-    pub fn save_mount_notes(&self, record: &Record) -> Result<(), StoreError> {
+    pub fn save_mount_notes(&self, record: &Record) -> Result<(), PathIoError> {
         let path = self.dir.mount_notes(&record.id);
         let notes = MountNotes {
             staged_at: record.staged_at.clone(),
@@ -49,7 +50,7 @@ impl Store<Record> {
         };
         let mut body = serde_json::to_vec(&notes)
             .map_err(std::io::Error::other)
-            .map_err(err("encode", &path))?;
+            .map_err(PathIoError::at("encode", &path))?;
         if body.len() > ONE_PAGE {
             return self.replace_mount_notes(&record.id, &body);
         }
@@ -59,17 +60,21 @@ impl Store<Record> {
             .truncate(false)
             .mode(0o600)
             .open(&path)
-            .map_err(err("open", &path))?;
-        let length = file.metadata().map_err(err("stat", &path))?.len();
+            .map_err(PathIoError::at("open", &path))?;
+        let length = file
+            .metadata()
+            .map_err(PathIoError::at("stat", &path))?
+            .len();
         if length > ONE_PAGE as u64 {
             return self.replace_mount_notes(&record.id, &body);
         }
         body.resize(body.len().max(length as usize), b' ');
-        file.write_all_at(&body, 0).map_err(err("write", &path))
+        file.write_all_at(&body, 0)
+            .map_err(PathIoError::at("write", &path))
     }
 
     /// Notes longer than a page: a temporary file renamed over the notes.
-    fn replace_mount_notes(&self, id: &str, body: &[u8]) -> Result<(), StoreError> {
+    fn replace_mount_notes(&self, id: &str, body: &[u8]) -> Result<(), PathIoError> {
         let path = self.dir.mount_notes(id);
         let temp = self.dir.temporary_mount_notes(id);
         replace_file(&temp, &path, body, Synced::No)
@@ -104,12 +109,12 @@ impl Store<Record> {
 
     /// Removes a volume's notes (before its record, so no notes outlive their record);
     /// notes already gone are fine.
-    pub fn remove_mount_notes(&self, id: &str) -> Result<(), StoreError> {
+    pub fn remove_mount_notes(&self, id: &str) -> Result<(), PathIoError> {
         let path = self.dir.mount_notes(id);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(err("remove", &path)(e)),
+            Err(e) => Err(PathIoError::at("remove", &path)(e)),
         }
     }
 }
