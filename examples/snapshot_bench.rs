@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use csi_nodekit::node_server::state::layout::StateDir;
 use csi_nodekit::node_server::state::orphans::Orphans;
+use csi_nodekit::node_server::state::owner::Owner;
 use csi_nodekit::node_server::state::snapshots::{Snapshots, spread};
-use csi_nodekit::node_server::{Config, Plugin, serve};
+use csi_nodekit::node_server::{Config, Plugin, Seams, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
@@ -224,7 +225,9 @@ async fn run(kind: Kind) {
     println!("{kind:?}: through gRPC, 1 GiB in 10,000 files; a group of 4 × 2,500 files");
     let fs = ScratchFs::sized(kind, "noatime", 6 * GIB);
     let state = fs.path().join("state");
-    let plugin = Plugin::open(Config::new("bench.nodekit.io", "bench", &state)).expect("open");
+    let config = Config::new("bench.nodekit.io", "bench", &state);
+    let owner = Owner::try_take(&StateDir::open(&state).expect("state")).expect("owner");
+    let plugin = Plugin::open(config, owner, Seams::linux()).expect("open");
     let socket = fs.path().join("csi.sock");
     let perms = csi_nodekit::socket::Permissions {
         mode: 0o600,

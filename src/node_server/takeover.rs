@@ -8,52 +8,18 @@
 //! so a liveness probe says why; once the lock is ours the same listening socket serves the
 //! plugin. When the holder serves the same socket (a rollout), the socket is left to it.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::grpc::identity::WaitingIdentity;
+use super::server::bounded_server;
+use super::settings::{Settings, StateDirBusy};
 use super::state::layout::StateDir;
 use super::state::owner::{Owner, OwnerError};
-use super::{Settings, bounded_server};
 use crate::BoxError;
 use crate::proto::csi::identity_server::IdentityServer;
 use crate::shutdown::Shutdown;
 use crate::socket::{self, SocketError, SocketGuard};
-
-/// `--state-dir-busy`: what to do when another node-server holds the state directory.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Busy {
-    /// Wait for it to exit, then take over.
-    #[default]
-    Wait,
-    /// Exit 1 at once.
-    Exit,
-}
-
-impl FromStr for Busy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "wait" => Ok(Self::Wait),
-            "exit" => Ok(Self::Exit),
-            other => Err(format!(
-                "--state-dir-busy must be wait or exit, not {other:?}"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Busy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Wait => "wait",
-            Self::Exit => "exit",
-        })
-    }
-}
 
 /// The socket bound while waiting, handed on to the plugin.
 pub struct Bound {
@@ -81,7 +47,7 @@ pub async fn take(settings: &Settings, shutdown: Shutdown) -> Result<Option<Take
         Err(busy @ OwnerError::Busy { .. }) => busy,
         Err(e) => return Err(e.into()),
     };
-    if settings.state_dir_busy == Busy::Exit {
+    if settings.state_dir_busy == StateDirBusy::Exit {
         return Err(format!("{busy} (--state-dir-busy=exit)").into());
     }
     log::warn!("{busy}; waiting for it to exit before serving");

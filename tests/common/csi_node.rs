@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use csi_nodekit::linux::mountinfo::MountTable;
-use csi_nodekit::node_server::{Config, Mounter, Plugin, serve};
+use csi_nodekit::node_server::state::layout::StateDir;
+use csi_nodekit::node_server::state::owner::Owner;
+use csi_nodekit::node_server::{Config, Mounter, Plugin, Seams, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
 use csi_nodekit::proto::csi::identity_client::IdentityClient;
@@ -86,7 +88,7 @@ pub struct CsiServer {
 }
 
 pub async fn start(sandbox: &MountSandbox, config: Config) -> CsiServer {
-    start_plugin(sandbox, Plugin::open(config).expect("open plugin")).await
+    start_plugin(sandbox, open(config, Seams::linux())).await
 }
 
 pub async fn start_with(
@@ -94,11 +96,18 @@ pub async fn start_with(
     config: Config,
     mounter: Arc<dyn Mounter>,
 ) -> CsiServer {
-    start_plugin(
-        sandbox,
-        Plugin::with_mounter(config, mounter).expect("open plugin"),
-    )
-    .await
+    let seams = Seams {
+        mounter,
+        ..Seams::linux()
+    };
+    start_plugin(sandbox, open(config, seams)).await
+}
+
+/// The plugin on `config`'s state directory, its lock taken now.
+pub fn open(config: Config, seams: Seams) -> Plugin {
+    let state_dir = StateDir::open(&config.state_dir).expect("open the state directory");
+    let owner = Owner::try_take(&state_dir).expect("take the state directory");
+    Plugin::open(config, owner, seams).expect("open plugin")
 }
 
 async fn start_plugin(sandbox: &MountSandbox, plugin: Plugin) -> CsiServer {

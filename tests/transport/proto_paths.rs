@@ -204,7 +204,7 @@ async fn a_real_server_answers_on_the_exact_identity_path() {
         "node-1",
         dir.path().join("state"),
     );
-    let plugin = csi_nodekit::node_server::Plugin::open(config).unwrap();
+    let plugin = crate::common::csi_node::open(config, csi_nodekit::node_server::Seams::linux());
     let server = tokio::spawn(csi_nodekit::node_server::serve(listener, plugin, shutdown));
     let channel = csi_nodekit::socket::connect(&path).await.unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);

@@ -12,13 +12,14 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::Driver;
+use super::bind_mounts::{BindError, Published};
+use super::node_error::NodeError;
+use super::node_ops::Stats;
 use crate::csi_spec::Field;
 use crate::linux::loopdev::{self, AttachOptions, Found, Status};
 use crate::linux::mountinfo::MountTable;
 use crate::linux::resolve;
-use crate::node_server::driver::error::NodeError;
-use crate::node_server::driver::publish::{PublishError, Published};
-use crate::node_server::driver::{Driver, Stats};
 #[cfg(doc)]
 use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::volumes::{Record, VolumeError};
@@ -76,18 +77,18 @@ fn targets(table: &MountTable, found: &Found) -> Vec<(PathBuf, Status)> {
 
 /// Creates the target file publish binds onto (never its parent: that is the CO's), through
 /// its parent opened without following links. `Ok(true)`: created now.
-fn make_target_file(path: &Path) -> Result<bool, PublishError> {
+fn make_target_file(path: &Path) -> Result<bool, BindError> {
     match resolve::make_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             match std::fs::symlink_metadata(path) {
                 Ok(meta) if meta.file_type().is_file() => Ok(false),
-                _ => Err(PublishError::NotAFile {
+                _ => Err(BindError::NotAFile {
                     path: path.to_owned(),
                 }),
             }
         }
-        Err(source) => Err(PublishError::CreateMountPoint {
+        Err(source) => Err(BindError::CreateMountPoint {
             field: Field::TargetPath,
             path: path.to_owned(),
             source,
@@ -96,14 +97,14 @@ fn make_target_file(path: &Path) -> Result<bool, PublishError> {
 }
 
 /// Removes a target file publish created: only an empty regular file, never a symlink.
-fn remove_target_file(path: &Path) -> Result<(), PublishError> {
+fn remove_target_file(path: &Path) -> Result<(), BindError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_file() && meta.len() == 0 => resolve::remove(path, false)
             .or_else(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => Ok(()),
                 _ => Err(e),
             })
-            .map_err(|source| PublishError::Io {
+            .map_err(|source| BindError::Io {
                 op: "remove",
                 field: Field::TargetPath,
                 path: path.to_owned(),
@@ -176,14 +177,14 @@ impl Driver {
         let image = self.image_of(&record.id);
         let found = self.found(record)?;
         let Some(staged) = found.ours.iter().find(|s| !s.read_only).cloned() else {
-            return Err(PublishError::NotStaged {
+            return Err(BindError::NotStaged {
                 staging: staging.unwrap_or(&image).to_owned(),
             }
             .into());
         };
         if let Some(top) = self.mounter.mount_at(target)? {
             let Some(status) = ours(&found, top.block_rdev) else {
-                return Err(PublishError::OtherMount {
+                return Err(BindError::OtherMount {
                     field: Field::TargetPath,
                     path: target.to_owned(),
                 }
@@ -192,7 +193,7 @@ impl Driver {
             if status.read_only == readonly && top.is_readonly() == readonly {
                 return Ok(Published::Already);
             }
-            return Err(PublishError::OtherOptions {
+            return Err(BindError::OtherOptions {
                 field: Field::TargetPath,
                 path: target.to_owned(),
                 options: if status.read_only { "ro" } else { "rw" }.into(),
@@ -201,7 +202,7 @@ impl Driver {
         }
         // Whether a device of the volume is mounted anywhere: only the whole table says.
         if exclusive && let Some((at, _)) = targets(&self.mounter.mount_table()?, &found).first() {
-            return Err(PublishError::PublishedElsewhere { at: at.clone() }.into());
+            return Err(BindError::PublishedElsewhere { at: at.clone() }.into());
         }
         let (device, attached) = match readonly {
             false => (staged, false),
@@ -218,7 +219,7 @@ impl Driver {
             if attached && let Err(left) = self.loops.detach(device.device, &image) {
                 log::warn!("read-only device of a failed publish stays: {left}");
             }
-            return Err(PublishError::Mount(e).into());
+            return Err(BindError::Mount(e).into());
         }
         Ok(Published::Mounted { created })
     }
@@ -236,7 +237,7 @@ impl Driver {
         let mut unmounted = None;
         while let Some(top) = self.mounter.mount_at(target)? {
             let Some(status) = ours(&found, top.block_rdev) else {
-                return Err(PublishError::ForeignMount {
+                return Err(BindError::ForeignMount {
                     field: Field::TargetPath,
                     path: target.to_owned(),
                 }

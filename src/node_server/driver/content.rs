@@ -1,7 +1,7 @@
 //! CreateVolume's content sources: a restore from a snapshot, a clone of a volume. The source
 //! is held as a copy source (so it cannot be deleted while it is copied) and its tree is copied,
 //! with reflinks where the filesystem shares extents, into the volume directory that the
-//! normal create path prepared ([`Volumes::create_with`](crate::node_server::state::volumes::Volumes::create_with)):
+//! normal create path prepared (`Volumes::create_with`):
 //! a restored or cloned volume is made like any other, with its content added before its
 //! record, so whatever that path gives the directory (its mode, a quota project that every
 //! copied file inherits) it gives these too. A crash before the record leaves a directory
@@ -17,11 +17,11 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Driver;
+use super::controller_error::ControllerError;
 use crate::linux::copy::{self, Options, SkipReason, TreeUsage};
 use crate::linux::loopdev;
 use crate::linux::privilege;
-use crate::node_server::driver::Driver;
-use crate::node_server::driver::error::ControllerError;
 use crate::node_server::state::layout::block_image_in;
 use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
 use crate::node_server::state::volume_quota::Hold;
@@ -71,6 +71,7 @@ impl Driver {
                 let reading = self.sources.read(&volume_key(id))?;
                 let volume = self
                     .volumes
+                    .records()
                     .get(id)
                     .ok_or_else(|| not_found("volume", id))?;
                 if volume.block {
@@ -130,13 +131,14 @@ impl Driver {
             return content.fill(dir);
         }
         content.fits(record)?;
-        self.volumes.allow_copy(record, COPY_HEADROOM)?;
+        let storage = self.volumes.storage_of(record);
+        storage.allow_copy(record, COPY_HEADROOM)?;
         let filled = content.fill(dir);
         // The headroom goes whatever the copy did; the copy's own error comes first.
-        let limited = self.volumes.apply_limit(record);
+        let limited = self.volumes.hold_to_size(record);
         filled?;
         limited?;
-        if let Hold::Enforced { usage, .. } = self.volumes.hold(record)?
+        if let Hold::Enforced { usage, .. } = storage.hold(record)?
             && usage.bytes > record.capacity
         {
             return Err(ControllerError::CopyTooLarge {

@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
+use super::node_error::NodeError;
 use crate::linux::mount::Mounter;
-use crate::node_server::driver::error::NodeError;
 use crate::node_server::state::capacity;
-use crate::node_server::state::volumes::{Record, VolumeError, Volumes};
+use crate::node_server::state::volumes::{Record, Volumes};
 
 /// Set by the kubelet on CSI ephemeral inline volumes.
 pub const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
@@ -24,7 +24,7 @@ pub fn open(
     id: &str,
     context: &HashMap<String, String>,
 ) -> Result<(Record, bool), NodeError> {
-    if let Some(record) = volumes.get(id) {
+    if let Some(record) = volumes.records().get(id) {
         if !record.ephemeral {
             return Err(NodeError::NotEphemeral { id: id.to_owned() });
         }
@@ -47,13 +47,10 @@ pub fn open(
 /// Removes an ephemeral volume once unpublished from its last target; other volumes are
 /// left alone. Still published at another target, it stays until that one is unpublished.
 pub fn remove(volumes: &Volumes, mounter: &dyn Mounter, id: &str) -> Result<(), NodeError> {
-    match volumes.get(id) {
+    match volumes.records().get(id) {
         Some(record) if record.ephemeral => {
             let table = mounter.mount_table()?;
-            let dir = volumes.path_of(id);
-            if dir.exists()
-                && let Some(at) = table.first_user(&dir).map_err(VolumeError::from)?
-            {
+            if let Some(at) = volumes.storage_of(&record).user(id, &table)? {
                 log::debug!(
                     "ephemeral volume {id} stays: still published at {}",
                     at.display()

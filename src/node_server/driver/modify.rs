@@ -2,8 +2,8 @@
 //! changed while it may be in use, and the check that a volume (or this node) can hold the
 //! attributes asked for, shared with CreateVolume.
 
-use crate::node_server::driver::Driver;
-use crate::node_server::driver::error::ControllerError;
+use super::Driver;
+use super::controller_error::ControllerError;
 use crate::node_server::state::attributes::{Attributes, DIRECT_IO, INODE_LIMIT, ROOT_MODE};
 use crate::node_server::state::volumes::Record;
 
@@ -11,7 +11,10 @@ impl Driver {
     /// Applies the attributes `change` names to volume `id`, keeping the others; idempotent
     /// (the same change again applies the same values again). The caller holds its lock.
     pub fn modify(&self, id: &str, change: Attributes) -> Result<Record, ControllerError> {
-        let record = self.volumes.provisioned(id, "ControllerModifyVolume")?;
+        let record = self
+            .volumes
+            .records()
+            .provisioned(id, "ControllerModifyVolume")?;
         self.check_attributes(&change, Some(&record), record.block)?;
         let attributes = record.attributes.with(change);
         let record = self.volumes.set_attributes(id, attributes)?;
@@ -60,7 +63,7 @@ impl Driver {
             what: what(),
             why,
         };
-        if let Some(why) = self.volumes.quota_reason() {
+        if let Some(why) = self.volumes.directories().unenforced_reason() {
             return Err(cannot(format!("it is a project quota limit, and {why}")));
         }
         if volume.is_some_and(|r| r.project_id.is_none()) {

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use tonic::{Code, Request, Response, Status};
 
 use crate::linux::quota::QuotaError;
-use crate::node_server::driver::Driver;
-use crate::node_server::driver::error::ControllerError;
+use crate::node_server::driver::{ControllerError, Driver};
 use crate::node_server::grpc::controller_snapshots as snapshots;
-use crate::node_server::grpc::field_limits::{SizeLimits, checked};
+use crate::node_server::grpc::field_limits::checked;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::attributes::{Attributes, ParameterError};
 use crate::node_server::state::volumes::{ContentSource, VolumeError as V};
@@ -59,7 +58,7 @@ fn status(error: ControllerError) -> Status {
             Code::FailedPrecondition
         }
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
-        E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
+        E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project
         // IDs to enforce it with).
         E::Volume(
@@ -139,8 +138,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let name = validate::name(&req.name)?.to_owned();
         let block = access_type(&validate::capabilities(&req.volume_capabilities)?)?;
         let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
@@ -159,7 +157,7 @@ impl Controller for ControllerService {
         {
             return Err(Status::resource_exhausted(format!(
                 "volumes can only be created on node {}",
-                driver.config.node_id
+                driver.config().node_id
             )));
         }
         // Names may contain anything; "name/" keys cannot collide with volume IDs.
@@ -167,7 +165,7 @@ impl Controller for ControllerService {
         let work = move |d: &Driver| {
             Ok(d.volume(&d.create(&name, required, limit, source, attributes, block)?))
         };
-        let volume = driver.locked(&key, work).await.map_err(status)?;
+        let volume = driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(volume),
         }))
@@ -177,15 +175,14 @@ impl Controller for ControllerService {
         &self,
         request: Request<DeleteVolumeRequest>,
     ) -> Result<Response<DeleteVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         // Malformed is INVALID_ARGUMENT, as in every call; a well-formed unknown ID is deleted
         // already (OK).
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         log::trace!("DeleteVolume volume={id}");
         let key = id.clone();
         let work = move |d: &Driver| d.delete(&id);
-        self.0.locked(&key, work).await.map_err(status)?;
+        self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(DeleteVolumeResponse {}))
     }
 
@@ -193,12 +190,11 @@ impl Controller for ControllerService {
         &self,
         request: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?;
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
-        let record = self.0.volumes.known(id).map_err(|e| status(e.into()))?;
+        let record = self.0.known_volume(id).map_err(|e| status(e.into()))?;
         let kind = access_type(&caps).and_then(|block| match block == record.block {
             true => Ok(()),
             false if record.block => Err(Status::invalid_argument(format!(
@@ -238,7 +234,7 @@ impl Controller for ControllerService {
             .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
         let start = decode_token(&req.starting_token, validate::any_volume_id)?;
         log::trace!("ListVolumes max_entries={max}");
-        let (page, next) = self.0.volumes.page(start.as_deref(), max);
+        let (page, next) = self.0.volume_page(start.as_deref(), max);
         Ok(Response::new(ListVolumesResponse {
             entries: page
                 .iter()
@@ -255,8 +251,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         log::trace!("GetCapacity");
         let usable = (req.volume_capabilities.is_empty()
             || validate::capabilities(&req.volume_capabilities)
@@ -267,8 +262,8 @@ impl Controller for ControllerService {
                 .as_ref()
                 .is_none_or(|t| self.0.matches(t));
         let available = if usable {
-            let work = |d: &Driver| Ok(d.volumes.available()?);
-            self.0.unlocked(work).await.map_err(status)?
+            let work = |d: &Driver| Ok(d.available()?);
+            self.0.blocking(work).await.map_err(status)?
         } else {
             0
         };
@@ -299,7 +294,7 @@ impl Controller for ControllerService {
         ];
         // GetSnapshot is served either way; its capability (alpha in the spec) is rejected
         // by csi-sanity before v5.5, and no Kubernetes sidecar asks for it yet.
-        if self.0.config.advertise_get_snapshot {
+        if self.0.config().advertise_get_snapshot {
             capabilities.push(Type::GetSnapshot);
         }
         Ok(Response::new(ControllerGetCapabilitiesResponse {
@@ -311,8 +306,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerExpandVolumeRequest>,
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let range = req
             .capacity_range
@@ -325,7 +319,7 @@ impl Controller for ControllerService {
         log::trace!("ControllerExpandVolume volume={id} required={required} limit={limit}");
         let key = id.clone();
         let work = move |d: &Driver| d.expand(&id, required, limit);
-        let (capacity, on_node) = self.0.locked(&key, work).await.map_err(status)?;
+        let (capacity, on_node) = self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
             // A directory has no filesystem to grow on the node; a block volume's loop
@@ -352,28 +346,28 @@ impl Controller for ControllerService {
         &self,
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        snapshots::create(&self.0, request.into_inner()).await
+        snapshots::create(&self.0, checked(request)?).await
     }
 
     async fn delete_snapshot(
         &self,
         request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        snapshots::delete(&self.0, request.into_inner()).await
+        snapshots::delete(&self.0, checked(request)?).await
     }
 
     async fn list_snapshots(
         &self,
         request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        snapshots::list(&self.0, request.into_inner()).await
+        snapshots::list(&self.0, checked(request)?).await
     }
 
     async fn get_snapshot(
         &self,
         request: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        snapshots::get(&self.0, request.into_inner()).await
+        snapshots::get(&self.0, checked(request)?).await
     }
 
     async fn controller_get_volume(
@@ -387,16 +381,14 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let change = Attributes::from_mutable(&req.mutable_parameters).map_err(invalid)?;
         log::trace!("ControllerModifyVolume volume={id}");
         // An unknown volume is NOT_FOUND before an empty map is refused: csi-sanity sends
         // the parameters of its --csi.testvolumemutableparameters file, none without one,
         // and expects NOT_FOUND for a volume that does not exist either way.
-        (self.0.volumes.provisioned(&id, "ControllerModifyVolume"))
-            .map_err(|e| status(e.into()))?;
+        (self.0.provisioned(&id, "ControllerModifyVolume")).map_err(|e| status(e.into()))?;
         if req.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
                 "mutable_parameters is required: name at least one parameter to change",
@@ -404,7 +396,7 @@ impl Controller for ControllerService {
         }
         let key = id.clone();
         let work = move |d: &Driver| d.modify(&id, change);
-        self.0.locked(&key, work).await.map_err(status)?;
+        self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }

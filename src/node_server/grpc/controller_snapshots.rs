@@ -7,8 +7,7 @@ use std::sync::Arc;
 use tonic::{Code, Response, Status};
 
 use crate::node_server::driver::Driver;
-use crate::node_server::driver::error::SnapshotError;
-use crate::node_server::grpc::field_limits::SizeLimits;
+use crate::node_server::driver::SnapshotError;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::snapshots::{Filter, Snapshot, Time};
 use crate::node_server::state::volumes::VolumeError as V;
@@ -36,7 +35,7 @@ pub fn status(error: SnapshotError) -> Status {
         // An inline volume: in use by its pod alone.
         E::Volume(V::Ephemeral { .. }) => Code::FailedPrecondition,
         // "Operation pending for snapshot" (or for its source).
-        E::Volume(V::Busy { .. }) | E::SourceBusy(_) => Code::Aborted,
+        E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Not enough space to create snapshot": `--capacity`, or the filesystem, is full.
         E::Volume(V::NoSpace { .. } | V::NoInodes { .. }) => Code::ResourceExhausted,
         E::Copy { source, .. } if source.is_out_of_space() => Code::ResourceExhausted,
@@ -81,7 +80,6 @@ pub async fn create(
     driver: &Arc<Driver>,
     req: CreateSnapshotRequest,
 ) -> Result<Response<CreateSnapshotResponse>, Status> {
-    req.check_sizes()?;
     // The name first: csi-sanity sends an unknown source with no name.
     let name = validate::named("name", &req.name)?.to_owned();
     let source = validate::volume_id_of("source_volume_id", &req.source_volume_id)?.to_owned();
@@ -89,7 +87,7 @@ pub async fn create(
     // Names may contain anything; the prefix keeps their keys apart from IDs and volume names.
     let key = format!("snapshot-name/{name}");
     let work = move |d: &Driver| d.create_snapshot(&name, &source);
-    let snapshot = driver.locked(&key, work).await.map_err(status)?;
+    let snapshot = driver.claimed(&key, work).await.map_err(status)?;
     Ok(Response::new(CreateSnapshotResponse {
         snapshot: Some(message(&snapshot)),
     }))
@@ -99,12 +97,11 @@ pub async fn delete(
     driver: &Arc<Driver>,
     req: DeleteSnapshotRequest,
 ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-    req.check_sizes()?;
     let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?.to_owned();
     log::trace!("DeleteSnapshot snapshot={id}");
     let key = format!("snapshot/{id}");
     let work = move |d: &Driver| d.delete_snapshot(&id);
-    driver.locked(&key, work).await.map_err(status)?;
+    driver.claimed(&key, work).await.map_err(status)?;
     Ok(Response::new(DeleteSnapshotResponse {}))
 }
 
@@ -112,7 +109,6 @@ pub async fn list(
     driver: &Arc<Driver>,
     req: ListSnapshotsRequest,
 ) -> Result<Response<ListSnapshotsResponse>, Status> {
-    req.check_sizes()?;
     let max = usize::try_from(req.max_entries)
         .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
     let start = decode_token(&req.starting_token, validate::issued_snapshot_id)?;
@@ -131,7 +127,7 @@ pub async fn list(
         snapshot: given(&req.snapshot_id),
         source_volume: given(&req.source_volume_id),
     };
-    let (page, next) = driver.snapshots.page(filter, start.as_deref(), max);
+    let (page, next) = driver.snapshot_page(filter, start.as_deref(), max);
     Ok(Response::new(ListSnapshotsResponse {
         entries: (page.iter())
             .map(|snapshot| list_snapshots_response::Entry {
@@ -146,10 +142,9 @@ pub async fn get(
     driver: &Arc<Driver>,
     req: GetSnapshotRequest,
 ) -> Result<Response<GetSnapshotResponse>, Status> {
-    req.check_sizes()?;
     let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?;
     log::trace!("GetSnapshot snapshot={id}");
-    let snapshot = driver.snapshots.known(id).map_err(status)?;
+    let snapshot = driver.known_snapshot(id).map_err(status)?;
     Ok(Response::new(GetSnapshotResponse {
         snapshot: Some(message(&snapshot)),
     }))

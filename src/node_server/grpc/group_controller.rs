@@ -90,7 +90,7 @@ impl GroupController for GroupControllerService {
         let key = format!("group-name/{name}");
         let sources = req.source_volume_ids;
         let work = move |d: &Driver| d.create_group(&name, &sources);
-        let group = self.0.locked(&key, work).await.map_err(status)?;
+        let group = self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeGroupSnapshotResponse {
             group_snapshot: Some(group_message(group)),
         }))
@@ -107,7 +107,7 @@ impl GroupController for GroupControllerService {
         let key = format!("group/{id}");
         let members = req.snapshot_ids;
         let work = move |d: &Driver| d.delete_group(&id, &members);
-        self.0.locked(&key, work).await.map_err(status)?;
+        self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(DeleteVolumeGroupSnapshotResponse {}))
     }
 

@@ -38,7 +38,7 @@ impl Identity for IdentityService {
     ) -> Result<Response<GetPluginInfoResponse>, Status> {
         log::trace!("GetPluginInfo");
         Ok(Response::new(GetPluginInfoResponse {
-            name: self.0.config.driver_name.clone(),
+            name: self.0.config().driver_name.clone(),
             vendor_version: crate::cli::VERSION.to_owned(),
             manifest: Default::default(),
         }))
@@ -67,7 +67,7 @@ impl Identity for IdentityService {
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        let state_dir = self.0.state_dir.root();
+        let state_dir = self.0.state_dir();
         let ready = match readiness(state_dir) {
             Ok(()) => true,
             Err(e) => {

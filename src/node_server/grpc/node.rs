@@ -10,11 +10,9 @@ use crate::csi_spec::Field;
 use crate::linux::loopdev::LoopError as L;
 use crate::linux::quota::QuotaError;
 use crate::linux::resolve::ResolveError;
-use crate::node_server::driver::ephemeral::is_ephemeral;
-use crate::node_server::driver::error::NodeError;
-use crate::node_server::driver::publish::PublishError as P;
-use crate::node_server::driver::{Driver, PublishRequest, Staging};
-use crate::node_server::grpc::field_limits::SizeLimits;
+use crate::node_server::driver::BindError as P;
+use crate::node_server::driver::{Driver, NodeError, PublishRequest, Staging, is_ephemeral};
+use crate::node_server::grpc::field_limits::checked;
 use crate::node_server::grpc::validate::{self, AccessMode};
 use crate::node_server::state::volume_quota::{Hold, Usage};
 use crate::node_server::state::volumes::VolumeError as V;
@@ -40,7 +38,7 @@ fn status(error: NodeError) -> Status {
         | E::TargetNestedWithStaging { .. }
         | E::OtherCallsPath { .. }
         | E::InsideVolume { .. }
-        | E::Publish(P::NoParent { .. })
+        | E::Bind(P::NoParent { .. })
         | E::EphemeralSize(_) => Code::InvalidArgument,
         // "Exceeds capabilities": a block capability for a directory, or the other way round.
         E::AccessType { .. } => Code::FailedPrecondition,
@@ -57,13 +55,13 @@ fn status(error: NodeError) -> Status {
             Code::NotFound
         }
         // "Volume published but is incompatible", or something else is mounted there.
-        E::Publish(P::OtherOptions { .. } | P::OtherMount { .. }) | E::NotEphemeral { .. } => {
+        E::Bind(P::OtherOptions { .. } | P::OtherMount { .. }) | E::NotEphemeral { .. } => {
             Code::AlreadyExists
         }
         E::MissingParent { .. }
         | E::StagedElsewhere { .. }
         | E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. })
-        | E::Publish(
+        | E::Bind(
             P::Symlink { .. }
             | P::Resolve {
                 source: ResolveError::UntrustedLink(_) | ResolveError::TooManyLinks(_),
@@ -77,14 +75,14 @@ fn status(error: NodeError) -> Status {
             | P::ForeignMount { .. },
         ) => Code::FailedPrecondition,
         // "Operation pending for volume".
-        E::Volume(V::Busy { .. }) => Code::Aborted,
+        E::Volume(V::Busy(_)) => Code::Aborted,
         // An ephemeral volume that does not fit, or no project ID left for it.
         E::Volume(
             V::NoSpace { .. } | V::NoInodes { .. } | V::Quota(QuotaError::Exhausted { .. }),
         ) => Code::ResourceExhausted,
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
         E::Volume(V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_))
-        | E::Publish(
+        | E::Bind(
             P::Unlocatable(_)
             | P::Io { .. }
             | P::Mount(_)
@@ -201,8 +199,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let staging = validate::path(Field::StagingTargetPath, &req.staging_target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
@@ -217,7 +214,7 @@ impl Node for NodeService {
             exclusive,
         };
         let work = move |d: &Driver| d.stage(&id, &staging, how);
-        self.0.locked(&key, work).await.map_err(status)?;
+        self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -225,8 +222,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let staging = validate::path(Field::StagingTargetPath, &req.staging_target_path)?;
         log::trace!(
@@ -235,7 +231,7 @@ impl Node for NodeService {
         );
         let key = id.clone();
         let work = move |d: &Driver| d.unstage(&id, &staging);
-        self.0.locked(&key, work).await.map_err(status)?;
+        self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
@@ -243,8 +239,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let target = validate::path(Field::TargetPath, &req.target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
@@ -289,7 +284,7 @@ impl Node for NodeService {
             block: cap.block,
         };
         let work = move |d: &Driver| d.publish(&publish);
-        self.0.locked(&id, work).await.map_err(status)?;
+        self.0.claimed(&id, work).await.map_err(status)?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -297,8 +292,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let target = validate::path(Field::TargetPath, &req.target_path)?;
         log::trace!(
@@ -307,7 +301,7 @@ impl Node for NodeService {
         );
         let key = id.clone();
         let work = move |d: &Driver| d.unpublish(&id, &target);
-        self.0.locked(&key, work).await.map_err(status)?;
+        self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
@@ -315,14 +309,13 @@ impl Node for NodeService {
         &self,
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
         log::trace!("NodeGetVolumeStats volume={id}");
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
         let work = move |d: &Driver| d.stats(&id, &req.volume_path);
-        let stats = self.0.unlocked(work).await.map_err(status)?;
+        let stats = self.0.blocking(work).await.map_err(status)?;
         let usage = match (&stats.statvfs, &stats.hold, stats.block_capacity) {
             // A device has a size, and no used or free space of its own to tell.
             (_, _, Some(capacity)) => vec![usage(volume_usage::Unit::Bytes, capacity, 0, 0)],
@@ -340,15 +333,14 @@ impl Node for NodeService {
         &self,
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        let req = request.into_inner();
-        req.check_sizes()?;
+        let req = checked(request)?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
         validate::capacity_range(req.capacity_range.as_ref())?;
         log::trace!("NodeExpandVolume volume={id}");
         let key = id.clone();
         let work = move |d: &Driver| d.expand_on_node(&id, &req.volume_path);
-        let capacity = self.0.locked(&key, work).await.map_err(status)?;
+        let capacity = self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
         }))
@@ -381,8 +373,8 @@ impl Node for NodeService {
     ) -> Result<Response<NodeGetInfoResponse>, Status> {
         log::trace!("NodeGetInfo");
         Ok(Response::new(NodeGetInfoResponse {
-            node_id: self.0.config.node_id.clone(),
-            max_volumes_per_node: self.0.config.max_volumes_per_node,
+            node_id: self.0.config().node_id.clone(),
+            max_volumes_per_node: self.0.config().max_volumes_per_node,
             accessible_topology: Some(self.0.topology()),
         }))
     }

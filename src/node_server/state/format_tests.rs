@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::snapshots::{Group, Snapshot};
-use crate::node_server::state::store::{ContentSource, Persisted, Record, decode, encode};
+use crate::node_server::state::store::{Persisted, decode, encode};
+use crate::node_server::state::volumes::{ContentSource, Record};
 
 const VOLUME_MINIMAL: &str = r#"{"capacity_bytes":1073741824,"ephemeral":false,"id":"vol-0123456789abcdef0123456789abcdef","name":"pvc-8f9e","version":1}"#;
 const VOLUME_FULL: &str = r#"{"access_type":"block","attributes":{"directIO":false,"inodeLimit":5000,"rootMode":1528},"capacity_bytes":18446744073709551615,"content_source":{"snapshot":"snap-1"},"ephemeral":false,"id":"vol-full","name":"pvc-full","project_id":4294967295,"version":1}"#;

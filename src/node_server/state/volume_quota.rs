@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::linux::quota::{
     self, Decision, Limits, Mode, PROJECT_IDS, ProjectIds, ProjectQuotas, QuotaError, QuotaFs,
 };
-use crate::node_server::state::store::Record;
+use crate::node_server::state::volumes::Record;
 
 /// A new size or limit for a volume whose project quota this node does not manage now: the
 /// filesystem would keep holding it to the old one.

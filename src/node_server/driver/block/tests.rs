@@ -11,7 +11,10 @@ use crate::linux::loopdev::{LoopDevice, LoopError};
 use crate::linux::mount::fake::RecordingMounter;
 use crate::linux::quota;
 use crate::node_server::Config;
+use crate::node_server::driver::Seams;
 use crate::node_server::state::attributes::Attributes;
+use crate::node_server::state::layout::StateDir;
+use crate::node_server::state::owner::Owner;
 
 struct Node {
     _dir: tempfile::TempDir,
@@ -26,7 +29,12 @@ fn new_node() -> Node {
     config.quota = quota::Mode::Off;
     let loops = Arc::new(RecordingLoops::default());
     let mounter = Arc::new(RecordingMounter::with_root());
-    let driver = Driver::open_with(config, mounter.clone(), loops.clone()).unwrap();
+    let owner = Owner::try_take(&StateDir::open(&config.state_dir).unwrap()).unwrap();
+    let seams = Seams {
+        mounter: mounter.clone(),
+        loops: loops.clone(),
+    };
+    let driver = Driver::open(config, owner, seams).unwrap();
     Node {
         _dir: dir,
         driver,
@@ -120,7 +128,7 @@ fn publishing_before_staging_is_refused_and_attaches_and_mounts_nothing() {
         .publish_block(&record, None, &target, false, false)
         .unwrap_err();
     assert!(
-        matches!(err, NodeError::Publish(PublishError::NotStaged { .. })),
+        matches!(err, NodeError::Bind(BindError::NotStaged { .. })),
         "{err:?}"
     );
     assert_eq!(node.loops.calls(), Vec::<String>::new());

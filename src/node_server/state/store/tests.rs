@@ -1,4 +1,6 @@
 use super::*;
+use crate::node_server::state::attributes::Attributes;
+use crate::node_server::state::volumes::{ContentSource, Record};
 
 /// A store's directory: any will do.
 fn records(dir: &tempfile::TempDir) -> RecordDir {

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 
 use crate::csi_spec::Field;
 
+use super::catalog::Catalog;
 #[cfg(doc)]
-use crate::node_server::state::store::mount_notes;
-use crate::node_server::state::store::{Record, Target};
-use crate::node_server::state::volumes::{VolumeError, Volumes};
+use super::mount_notes;
+use super::records::{Record, Target};
+use super::volume_error::VolumeError;
 
 /// What a path is to a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,16 +30,17 @@ impl Role {
     }
 }
 
-impl Volumes {
+impl Catalog {
     /// The volume (its ID) that uses `path` in `role`, if one does.
     pub fn using(&self, path: &Path, role: Role) -> Option<String> {
-        let inner = self.inner();
-        let mut records = inner.records.values();
-        let found = match role {
-            Role::Staging => records.find(|r| r.staged_at.iter().any(|p| p == path)),
-            Role::Target => records.find(|r| r.targets.iter().any(|t| t.path == path)),
-        };
-        found.map(|r| r.id.clone())
+        self.with_all(|records| {
+            let mut records = records.values();
+            let found = match role {
+                Role::Staging => records.find(|r| r.staged_at.iter().any(|p| p == path)),
+                Role::Target => records.find(|r| r.targets.iter().any(|t| t.path == path)),
+            };
+            found.map(|r| r.id.clone())
+        })
     }
 
     /// Changes where a volume's record says it is mounted with `change` and saves its mount
@@ -50,8 +52,7 @@ impl Volumes {
         let before = record.clone();
         change(&mut record);
         if record != before {
-            self.store.save_mount_notes(&record)?;
-            self.inner().records.insert(id.to_owned(), record);
+            self.save_notes(record)?;
         }
         Ok(())
     }

@@ -1,11 +1,26 @@
+use std::collections::HashSet;
+
 use super::*;
 use crate::linux::mount::fake::RecordingMounter;
 use crate::linux::mount::{MountOptions, Mounter};
+use crate::node_server::state::orphans::Orphans;
+use crate::node_server::state::store::Store;
+use crate::node_server::state::volume_quota::VolumeQuotas;
 
-fn open(total: Option<u64>) -> (tempfile::TempDir, Arc<Volumes>) {
+fn open(total: Option<u64>) -> (tempfile::TempDir, Volumes) {
     let dir = tempfile::tempdir().unwrap();
-    let volumes = Volumes::open(&state_dir(&dir), total).unwrap();
+    let volumes = open_at(&state_dir(&dir), total, VolumeQuotas::off());
     (dir, volumes)
+}
+
+/// The volumes of `state`, with `--capacity` `total` and sizes held as `quotas` decided.
+fn open_at(state: &StateDir, total: Option<u64>, quotas: VolumeQuotas) -> Volumes {
+    QuotaDirectories::create_data_dir(state).unwrap();
+    let sizing = Sizing {
+        total,
+        overcommit: false,
+    };
+    Volumes::open(state, sizing, QuotaDirectories::new(state, quotas)).unwrap()
 }
 
 fn state_dir(dir: &tempfile::TempDir) -> StateDir {
@@ -22,24 +37,14 @@ fn record(id: &str, capacity: u64) -> Record {
 }
 
 #[test]
-fn a_second_operation_on_a_busy_volume_is_aborted_until_the_first_ends() {
-    let (_dir, volumes) = open(None);
-    let first = volumes.lock("v1").unwrap();
-    assert!(matches!(volumes.lock("v1"), Err(VolumeError::Busy { .. })));
-    let _other = volumes.lock("v2").expect("other volumes are not blocked");
-    drop(first);
-    volumes.lock("v1").expect("released on drop");
-}
-
-#[test]
 fn created_volumes_survive_a_reopen_with_their_directories() {
     let (dir, volumes) = open(Some(100));
     volumes.create(record("v1", 40)).unwrap();
     assert!(volumes.path_of("v1").is_dir());
     drop(volumes);
-    let reopened = Volumes::open(&state_dir(&dir), Some(100)).unwrap();
-    assert_eq!(reopened.known("v1").unwrap(), record("v1", 40));
-    assert_eq!(reopened.find_name("name-v1").unwrap().id, "v1");
+    let reopened = open_at(&state_dir(&dir), Some(100), VolumeQuotas::off());
+    assert_eq!(reopened.records().known("v1").unwrap(), record("v1", 40));
+    assert_eq!(reopened.records().find_name("name-v1").unwrap().id, "v1");
     assert_eq!(reopened.available().unwrap(), 60);
 }
 
@@ -79,17 +84,17 @@ fn pages_follow_id_order_and_name_the_next_id() {
     for id in ["c", "a", "b"] {
         volumes.create(record(id, 1)).unwrap();
     }
-    let (page, next) = volumes.page(None, 2);
+    let (page, next) = volumes.records().page(None, 2);
     let ids: Vec<_> = page.iter().map(|r| r.id.as_str()).collect();
     assert_eq!((ids, next.as_deref()), (vec!["a", "b"], Some("c")));
-    let (page, next) = volumes.page(Some("c"), 2);
+    let (page, next) = volumes.records().page(Some("c"), 2);
     assert_eq!((page.len(), next), (1, None));
-    let (page, _) = volumes.page(Some("bb"), 0);
+    let (page, _) = volumes.records().page(Some("bb"), 0);
     assert_eq!(
         page[0].id, "c",
         "a token whose volume was deleted still works"
     );
-    assert_eq!(volumes.page(None, 0).0.len(), 3);
+    assert_eq!(volumes.records().page(None, 0).0.len(), 3);
 }
 
 #[test]
@@ -119,7 +124,7 @@ fn a_volume_mounted_elsewhere_is_not_deleted_and_keeps_its_data() {
         .delete("v1", &mounter.mount_table().unwrap())
         .unwrap();
     assert!(!volumes.path_of("v1").exists());
-    assert!(volumes.get("v1").is_none());
+    assert!(volumes.records().get("v1").is_none());
 }
 
 #[test]
@@ -141,7 +146,7 @@ fn a_record_whose_data_is_already_gone_is_still_deleted() {
     std::fs::remove_dir(volumes.path_of("v1")).unwrap();
     let table = RecordingMounter::with_root().mount_table().unwrap();
     volumes.delete("v1", &table).unwrap();
-    assert!(volumes.get("v1").is_none());
+    assert!(volumes.records().get("v1").is_none());
 }
 
 #[test]
@@ -162,7 +167,11 @@ fn new_ids_are_distinct_and_safe_as_directory_names() {
 fn a_mount_group_owns_the_volume_and_is_inherited() {
     let (_dir, volumes) = open(None);
     volumes.create(record("v1", 1)).unwrap();
-    volumes.set_group("v1", 4321).unwrap();
+    let record = volumes.records().known("v1").unwrap();
+    volumes
+        .storage_of(&record)
+        .set_group(&record, 4321)
+        .unwrap();
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(volumes.path_of("v1")).unwrap();
     assert_eq!(meta.gid(), 4321);
@@ -172,9 +181,13 @@ fn a_mount_group_owns_the_volume_and_is_inherited() {
 #[test]
 fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
     let (dir, volumes) = open(Some(100));
-    let filled = volumes.create_with(record("v1", 60), |path: &Path, _| {
+    let filled = volumes.create_with(record("v1", 60), |record: &Record| {
+        let path = volumes.path_of(&record.id);
         assert_eq!(volumes.available().unwrap(), 40, "reserved while it fills");
-        assert!(volumes.get("v1").is_none(), "not offered before its record");
+        assert!(
+            volumes.records().get("v1").is_none(),
+            "not offered before its record"
+        );
         std::fs::write(path.join("restored"), b"data").unwrap();
         Ok::<_, VolumeError>(())
     });
@@ -186,7 +199,8 @@ fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
     );
     assert!(volumes.path_of("v1").join("restored").exists());
 
-    let failed = volumes.create_with(record("v2", 30), |path: &Path, _| {
+    let failed = volumes.create_with(record("v2", 30), |record: &Record| {
+        let path = volumes.path_of(&record.id);
         std::fs::write(path.join("half"), b"copied").unwrap();
         Err(VolumeError::NotFound { id: "gone".into() })
     });
@@ -195,7 +209,7 @@ fn a_volume_being_filled_holds_its_size_and_a_failed_fill_leaves_nothing() {
         !volumes.path_of("v2").exists(),
         "the half-filled directory is gone"
     );
-    assert!(volumes.get("v2").is_none());
+    assert!(volumes.records().get("v2").is_none());
     assert_eq!(
         volumes.available().unwrap(),
         40,
@@ -238,7 +252,7 @@ fn directories_whose_create_never_reached_a_record_are_set_aside_at_start_up_the
     std::fs::create_dir(&unreadable).unwrap();
     std::fs::write(state.volume_records().record("vol-unreadable"), b"{").unwrap();
     drop(volumes);
-    let volumes = Volumes::open(&state, None).unwrap();
+    let volumes = open_at(&state, None, VolumeQuotas::off());
     let orphans = Orphans::new();
     volumes.set_aside_unrecorded(&orphans).unwrap();
     assert!(
@@ -261,9 +275,9 @@ fn directories_whose_create_never_reached_a_record_are_set_aside_at_start_up_the
 use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
 
 /// Volumes whose sizes a fake the test keeps a handle on enforces.
-fn enforced(dir: &tempfile::TempDir, total: Option<u64>, fake: &RecordingQuotas) -> Arc<Volumes> {
+fn enforced(dir: &tempfile::TempDir, total: Option<u64>, fake: &RecordingQuotas) -> Volumes {
     let quotas = VolumeQuotas::enforcing(Box::new(fake.clone()));
-    Volumes::open_with(&state_dir(dir), total, false, quotas).unwrap()
+    open_at(&state_dir(dir), total, quotas)
 }
 
 fn charge(fake: &RecordingQuotas, project: u32, bytes: u64, inodes: u64) {
@@ -285,10 +299,10 @@ fn a_deleted_volume_whose_project_is_charged_elsewhere_keeps_it_until_a_later_st
     charge(&fake, project, 1 << 20, 1);
     let table = RecordingMounter::with_root().mount_table().unwrap();
     volumes.delete("v1", &table).unwrap();
-    let kept = volumes.get("v1").expect("the record stays");
+    let kept = volumes.records().get("v1").expect("the record stays");
     assert!(kept.deleting && kept.leftover, "{kept:?}");
-    assert!(volumes.known("v1").is_err(), "deleted for the CO");
-    assert_eq!(volumes.page(None, 0).0, []);
+    assert!(volumes.records().known("v1").is_err(), "deleted for the CO");
+    assert_eq!(volumes.records().page(None, 0).0, []);
     assert_eq!(
         volumes.available().unwrap(),
         10 << 20,
@@ -306,13 +320,13 @@ fn a_deleted_volume_whose_project_is_charged_elsewhere_keeps_it_until_a_later_st
 
     // A start while the link lives keeps it; one after it is gone frees it.
     let volumes = enforced(&dir, Some(10 << 20), &fake);
-    volumes.finish_deletes(&table, &crate::node_server::state::orphans::Orphans::new());
-    assert!(volumes.get("v1").is_some_and(|r| r.leftover));
+    volumes.finish_deletes(&table, &Orphans::new());
+    assert!(volumes.records().get("v1").is_some_and(|r| r.leftover));
     drop(volumes);
     charge(&fake, project, 0, 0);
     let volumes = enforced(&dir, Some(10 << 20), &fake);
-    volumes.finish_deletes(&table, &crate::node_server::state::orphans::Orphans::new());
-    assert!(volumes.get("v1").is_none(), "its record is gone");
+    volumes.finish_deletes(&table, &Orphans::new());
+    assert!(volumes.records().get("v1").is_none(), "its record is gone");
     assert_eq!(fake.calls().last(), Some(&Call::Release(None, project)));
 }
 
@@ -333,11 +347,18 @@ fn live_volumes_promise_their_inode_limits_less_what_they_use() {
     let mut block = record("d", 1 << 20);
     block.block = true;
     volumes.create(block).unwrap();
-    assert_eq!(volumes.promised_inodes(), 1000 + 500);
+    assert_eq!(
+        volumes
+            .ledger
+            .promised_inodes(&volumes.catalog, &volumes.directories),
+        1000 + 500
+    );
     let table = RecordingMounter::with_root().mount_table().unwrap();
     volumes.delete("b", &table).unwrap();
     assert_eq!(
-        volumes.promised_inodes(),
+        volumes
+            .ledger
+            .promised_inodes(&volumes.catalog, &volumes.directories),
         1000,
         "a deleted one promises none"
     );

@@ -28,7 +28,7 @@ use crate::node_server::state::volumes::Record;
 const TICK_EVERY: u64 = 64;
 
 /// The background check, stopped and joined on drop.
-pub struct Watch {
+pub struct QuotaPatrol {
     stop: Arc<Stop>,
     thread: Option<JoinHandle<()>>,
 }
@@ -57,11 +57,11 @@ impl Stop {
     }
 }
 
-impl Watch {
+impl QuotaPatrol {
     /// Starts the background check, unless sizes are not enforced (`--quota=off`, or a
     /// filesystem without project quotas): then there is nothing to hold.
     pub fn start(driver: Arc<Driver>) -> Option<Self> {
-        if driver.volumes.quota_reason().is_some() {
+        if driver.volumes.directories().unenforced_reason().is_some() {
             return None;
         }
         let stop = Arc::new(Stop::default());
@@ -78,7 +78,7 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
+impl Drop for QuotaPatrol {
     fn drop(&mut self) {
         self.stop.set();
         if let Some(thread) = self.thread.take() {
@@ -109,7 +109,7 @@ fn run(driver: &Driver, stop: &Stop) {
 
 /// One pass over every quota'd volume; the inodes looked at, or `None` if stopped.
 fn pass(driver: &Driver, stop: &Stop, rate: u32) -> Option<u64> {
-    let (records, _) = driver.volumes.page(None, 0);
+    let (records, _) = driver.volumes.records().page(None, 0);
     let mut walked = 0;
     for record in &records {
         let Some(project) = record.project_id.filter(|_| !record.block) else {

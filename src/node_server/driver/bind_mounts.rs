@@ -19,7 +19,7 @@ use crate::linux::resolve::{self as linux_resolve, ResolveError};
 /// Why a mount point or a mount cannot be what a request asks; each names the request field
 /// and the path.
 #[derive(Debug, thiserror::Error)]
-pub enum PublishError {
+pub enum BindError {
     #[error("{field} has no parent")]
     NoParent { field: Field },
     #[error("{field} {} is a symbolic link", path.display())]
@@ -86,22 +86,21 @@ pub enum PublishError {
 /// [`resolve`](crate::linux::resolve); mount points in mountinfo are canonical), a symlink as
 /// the last component is refused (a mount there would land wherever it points).
 /// `Ok(None)`: the parent is missing.
-pub fn resolve(field: Field, path: &Path) -> Result<Option<PathBuf>, PublishError> {
+pub fn resolve(field: Field, path: &Path) -> Result<Option<PathBuf>, BindError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(PublishError::NoParent { field });
+        return Err(BindError::NoParent { field });
     };
-    let Some(parent) =
-        linux_resolve::canonical(parent).map_err(|source| PublishError::Resolve {
-            field,
-            path: path.to_owned(),
-            source,
-        })?
+    let Some(parent) = linux_resolve::canonical(parent).map_err(|source| BindError::Resolve {
+        field,
+        path: path.to_owned(),
+        source,
+    })?
     else {
         return Ok(None);
     };
     let resolved = parent.join(name);
     match std::fs::symlink_metadata(&resolved) {
-        Ok(meta) if meta.file_type().is_symlink() => Err(PublishError::Symlink {
+        Ok(meta) if meta.file_type().is_symlink() => Err(BindError::Symlink {
             field,
             path: path.to_owned(),
         }),
@@ -111,17 +110,17 @@ pub fn resolve(field: Field, path: &Path) -> Result<Option<PathBuf>, PublishErro
 
 /// Creates the mount point itself (never its parents: those are the CO's), through its parent
 /// opened without following links. `Ok(true)`: created now.
-fn make_mount_point(field: Field, path: &Path) -> Result<bool, PublishError> {
+fn make_mount_point(field: Field, path: &Path) -> Result<bool, BindError> {
     match linux_resolve::make_dir(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.is_dir() => Ok(false),
-            _ => Err(PublishError::NotADirectory {
+            _ => Err(BindError::NotADirectory {
                 field,
                 path: path.to_owned(),
             }),
         },
-        Err(source) => Err(PublishError::CreateMountPoint {
+        Err(source) => Err(BindError::CreateMountPoint {
             field,
             path: path.to_owned(),
             source,
@@ -137,16 +136,16 @@ fn already_there(
     path: &Path,
     source: Shown,
     options: &MountOptions,
-) -> Result<bool, PublishError> {
+) -> Result<bool, BindError> {
     match mounter.mount_at(path)? {
         None => Ok(false),
         Some(top) if top.shows == source && options.satisfied_by(&top) => Ok(true),
-        Some(top) if top.shows == source => Err(PublishError::OtherOptions {
+        Some(top) if top.shows == source => Err(BindError::OtherOptions {
             field,
             path: path.to_owned(),
             options: top.options.join(","),
         }),
-        Some(_) => Err(PublishError::OtherMount {
+        Some(_) => Err(BindError::OtherMount {
             field,
             path: path.to_owned(),
         }),
@@ -154,12 +153,12 @@ fn already_there(
 }
 
 /// Binds the volume directory `dir` on `staging`. Returns whether anything was done.
-pub fn stage(
+pub fn bind_staging(
     mounter: &dyn Mounter,
     dir: &Path,
     staging: &Path,
     options: MountOptions,
-) -> Result<bool, PublishError> {
+) -> Result<bool, BindError> {
     let source = mounter.identity(dir)?;
     if already_there(mounter, Field::StagingTargetPath, staging, source, &options)? {
         return Ok(false);
@@ -191,8 +190,8 @@ pub enum Published {
     Mounted { created: bool },
 }
 
-/// Binds the staged volume on the target.
-pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, PublishError> {
+/// Binds the staged volume (an ephemeral one's directory) on the target.
+pub fn bind_target(mounter: &dyn Mounter, p: &Publication) -> Result<Published, BindError> {
     let source = mounter.identity(p.dir)?;
     if already_there(mounter, Field::TargetPath, p.target, source, &p.options)? {
         return Ok(Published::Already);
@@ -200,14 +199,14 @@ pub fn publish(mounter: &dyn Mounter, p: &Publication) -> Result<Published, Publ
     if let Some(staging) = p.staging
         && !(mounter.mount_at(staging)?).is_some_and(|top| top.shows == source)
     {
-        return Err(PublishError::NotStaged {
+        return Err(BindError::NotStaged {
             staging: staging.to_owned(),
         });
     }
     if p.exclusive
         && let Some(at) = published_elsewhere(mounter, p.dir, p.staging)?
     {
-        return Err(PublishError::PublishedElsewhere { at });
+        return Err(BindError::PublishedElsewhere { at });
     }
     let created = make_mount_point(Field::TargetPath, p.target)?;
     if let Err(e) = mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options) {
@@ -226,7 +225,7 @@ fn published_elsewhere(
     mounter: &dyn Mounter,
     dir: &Path,
     staging: Option<&Path>,
-) -> Result<Option<PathBuf>, PublishError> {
+) -> Result<Option<PathBuf>, BindError> {
     let table = mounter.mount_table()?;
     let source = table.locate(dir)?;
     Ok(table
@@ -243,8 +242,8 @@ pub fn unmount_volume(
     field: Field,
     path: &Path,
     dir: &Path,
-) -> Result<bool, PublishError> {
-    let foreign = || PublishError::ForeignMount {
+) -> Result<bool, BindError> {
+    let foreign = || BindError::ForeignMount {
         field,
         path: path.to_owned(),
     };
@@ -265,9 +264,7 @@ pub fn unmount_volume(
         }
         if unmounted == Some(top.mnt_id) {
             // The kernel said it unmounted, yet the same mount is still there.
-            return Err(PublishError::Mount(crate::linux::mount::err(
-                "unmount", path,
-            )(
+            return Err(BindError::Mount(crate::linux::mount::err("unmount", path)(
                 std::io::Error::from_raw_os_error(nix::libc::EBUSY),
             )));
         }
@@ -280,7 +277,7 @@ pub fn unmount_volume(
 /// Removes the target directory publish created: only if empty, never following a symlink
 /// (its parent is opened without following any). Leftover content means someone wrote into
 /// the bare mount point; it is kept and reported.
-pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
+pub fn remove_mount_point(path: &Path) -> Result<(), BindError> {
     match linux_resolve::remove(path, true) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
@@ -293,7 +290,7 @@ pub fn remove_mount_point(path: &Path) -> Result<(), PublishError> {
             log::warn!("leaving {} in place: {e}", path.display());
             Ok(())
         }
-        Err(source) => Err(PublishError::Io {
+        Err(source) => Err(BindError::Io {
             op: "remove",
             field: Field::TargetPath,
             path: path.to_owned(),

@@ -63,34 +63,34 @@ impl Setup {
 #[test]
 fn staging_twice_binds_once() {
     let s = setup();
-    assert!(stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap());
-    assert!(!stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap());
+    assert!(bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap());
+    assert!(!bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap());
     assert_eq!(s.binds(), 1);
 }
 
 #[test]
 fn staging_over_another_volume_is_already_exists() {
     let s = setup();
-    stage(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
-    let err = stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap_err();
-    assert!(matches!(err, PublishError::OtherMount { .. }), "{err}");
+    bind_staging(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
+    let err = bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap_err();
+    assert!(matches!(err, BindError::OtherMount { .. }), "{err}");
 }
 
 #[test]
 fn publishing_before_staging_is_a_failed_precondition_and_mounts_nothing() {
     let s = setup();
-    let err = publish(&s.mounter, &s.publication(rw())).unwrap_err();
-    assert!(matches!(err, PublishError::NotStaged { .. }), "{err}");
+    let err = bind_target(&s.mounter, &s.publication(rw())).unwrap_err();
+    assert!(matches!(err, BindError::NotStaged { .. }), "{err}");
     assert_eq!(s.binds(), 0);
 }
 
 #[test]
 fn publishing_again_with_the_same_arguments_is_a_no_op() {
     let s = setup();
-    stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
-    let first = publish(&s.mounter, &s.publication(ro())).unwrap();
+    bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
+    let first = bind_target(&s.mounter, &s.publication(ro())).unwrap();
     assert_eq!(first, Published::Mounted { created: true });
-    let again = publish(&s.mounter, &s.publication(ro())).unwrap();
+    let again = bind_target(&s.mounter, &s.publication(ro())).unwrap();
     assert_eq!(again, Published::Already);
     assert_eq!(s.binds(), 2);
     assert!(s.target.is_dir(), "publish creates the target directory");
@@ -99,42 +99,39 @@ fn publishing_again_with_the_same_arguments_is_a_no_op() {
 #[test]
 fn publishing_again_read_write_over_a_read_only_publish_is_already_exists() {
     let s = setup();
-    stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
-    publish(&s.mounter, &s.publication(ro())).unwrap();
-    let err = publish(&s.mounter, &s.publication(rw())).unwrap_err();
-    assert!(matches!(err, PublishError::OtherOptions { .. }), "{err}");
+    bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
+    bind_target(&s.mounter, &s.publication(ro())).unwrap();
+    let err = bind_target(&s.mounter, &s.publication(rw())).unwrap_err();
+    assert!(matches!(err, BindError::OtherOptions { .. }), "{err}");
 }
 
 #[test]
 fn a_single_writer_volume_is_not_published_at_a_second_target() {
     let s = setup();
-    stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
-    publish(&s.mounter, &s.publication(rw())).unwrap();
+    bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
+    bind_target(&s.mounter, &s.publication(rw())).unwrap();
     let second = s.target.with_file_name("second");
     let exclusive = Publication {
         target: &second,
         exclusive: true,
         ..s.publication(rw())
     };
-    let err = publish(&s.mounter, &exclusive).unwrap_err();
-    assert!(
-        matches!(err, PublishError::PublishedElsewhere { .. }),
-        "{err}"
-    );
+    let err = bind_target(&s.mounter, &exclusive).unwrap_err();
+    assert!(matches!(err, BindError::PublishedElsewhere { .. }), "{err}");
     let shared = Publication {
         target: &second,
         ..s.publication(rw())
     };
-    let published = publish(&s.mounter, &shared).unwrap();
+    let published = bind_target(&s.mounter, &shared).unwrap();
     assert_eq!(published, Published::Mounted { created: true });
 }
 
 #[test]
 fn unmounting_leaves_a_foreign_mount_alone() {
     let s = setup();
-    stage(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
+    bind_staging(&s.mounter, &s.other_vol, &s.staging, rw()).unwrap();
     let err = unmount_volume(&s.mounter, Field::StagingTargetPath, &s.staging, &s.vol).unwrap_err();
-    assert!(matches!(err, PublishError::ForeignMount { .. }), "{err}");
+    assert!(matches!(err, BindError::ForeignMount { .. }), "{err}");
     assert!(!s.mounter.calls().iter().any(|c| c.starts_with("unmount")));
 }
 
@@ -154,7 +151,7 @@ fn a_directory_mounted_from_or_on_is_in_use() {
     let s = setup();
     let table = s.mounter.mount_table().unwrap();
     assert_eq!(table.first_user(&s.vol).unwrap(), None);
-    stage(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
+    bind_staging(&s.mounter, &s.vol, &s.staging, rw()).unwrap();
     let table = s.mounter.mount_table().unwrap();
     assert_eq!(table.first_user(&s.vol).unwrap(), Some(s.staging.clone()));
     assert_eq!(table.first_user(&s.other_vol).unwrap(), None);
@@ -171,7 +168,7 @@ fn a_symlink_as_the_last_component_is_refused_and_a_missing_parent_is_reported()
     let link = s.vol.with_file_name("link");
     std::os::unix::fs::symlink(&s.other_vol, &link).unwrap();
     let err = resolve(Field::TargetPath, &link).unwrap_err();
-    assert!(matches!(err, PublishError::Symlink { .. }), "{err}");
+    assert!(matches!(err, BindError::Symlink { .. }), "{err}");
     assert_eq!(
         resolve(Field::TargetPath, &s.vol.join("no/such")).unwrap(),
         None

@@ -1,109 +1,14 @@
-//! What each service's operations can fail with, in the domain's words. The handlers map these
-//! to gRPC codes in one table per service (`node::status`, `controller::status`), next to the
-//! calls, so the code of every failure can be checked against the CSI spec in one place.
+//! What the Controller service's volume operations can fail with, in the domain's words;
+//! `grpc::controller`'s table gives each its gRPC code. (Snapshots fail with
+//! `state::snapshots::SnapshotError`.)
 
-use std::path::PathBuf;
-
-use crate::csi_spec::Field;
 use crate::linux::copy::CopyError;
 use crate::linux::loopdev::LoopError;
 use crate::linux::mount::MountError;
-use crate::node_server::driver::publish::PublishError;
 use crate::node_server::state::attributes::ParameterError;
 use crate::node_server::state::sources::SourceBusy;
 use crate::node_server::state::volumes::VolumeError;
-use crate::quantity::QuantityError;
-
-pub use crate::node_server::state::snapshots::SnapshotError;
-pub use crate::runtime::WorkerError;
-
-/// A failed Node service operation.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    #[error(transparent)]
-    Volume(#[from] VolumeError),
-    #[error(transparent)]
-    Publish(#[from] PublishError),
-    #[error(
-        "{field} {} overlaps the state directory {}",
-        path.display(),
-        state_dir.display()
-    )]
-    OverlapsState {
-        field: Field,
-        path: PathBuf,
-        state_dir: PathBuf,
-    },
-    /// A target that resolves to (or into) the staging path, or the other way round.
-    #[error(
-        "{} {} and {} {} are the same or one is inside the other",
-        Field::TargetPath,
-        target.display(),
-        Field::StagingTargetPath,
-        staging.display()
-    )]
-    TargetNestedWithStaging { target: PathBuf, staging: PathBuf },
-    /// A staging path given to a call that takes a target, or the other way round.
-    #[error(
-        "{field} {} is the {is} of volume {id}: that path belongs to the other call",
-        path.display()
-    )]
-    OtherCallsPath {
-        field: Field,
-        path: PathBuf,
-        is: Field,
-        id: String,
-    },
-    /// A mount point inside a mount of one of our volumes: it would be made in that
-    /// volume's data.
-    #[error(
-        "{field} {} lies inside {}, a mount of a volume of this driver",
-        path.display(),
-        mount.display()
-    )]
-    InsideVolume {
-        field: Field,
-        path: PathBuf,
-        mount: PathBuf,
-    },
-    /// SINGLE_NODE_SINGLE_WRITER, staged at a second path: the spec's "exceeds capabilities".
-    #[error("SINGLE_NODE_SINGLE_WRITER volume is already staged at {}", at.display())]
-    StagedElsewhere { at: PathBuf },
-    #[error("the parent directory of {field} does not exist")]
-    MissingParent { field: Field },
-    /// A stats or expand path that is not there: the volume is not there, as the spec words it.
-    #[error("{field} {value:?} does not exist")]
-    PathNotFound { field: Field, value: String },
-    #[error("volume {id} does not exist, and {field} {} is mounted", path.display())]
-    UnknownButMounted {
-        id: String,
-        field: Field,
-        path: PathBuf,
-    },
-    #[error("volume {id} exists and is not an ephemeral volume")]
-    NotEphemeral { id: String },
-    #[error(transparent)]
-    EphemeralSize(QuantityError),
-    #[error("statistics of {}: {source}", dir.display())]
-    Stats {
-        dir: PathBuf,
-        #[source]
-        source: nix::errno::Errno,
-    },
-    #[error(transparent)]
-    Mount(#[from] MountError),
-    #[error(transparent)]
-    Worker(#[from] WorkerError),
-    /// A block capability for a filesystem volume, or the other way round.
-    #[error("volume {id} is a {is} volume; it cannot be used with {asked} access")]
-    AccessType {
-        id: String,
-        is: &'static str,
-        asked: &'static str,
-    },
-    #[error(transparent)]
-    Loop(#[from] LoopError),
-}
+use crate::runtime::WorkerError;
 
 /// "block" or "mount", for messages.
 pub fn access_name(block: bool) -> &'static str {

@@ -1,12 +1,12 @@
 //! Where a volume is mounted (its record's staging paths and targets), kept in a file of its
-//! own beside the record, `<id>.mounts`, written without any fsync.
+//! own beside the record, `<id>.mounts`, written without any fsync ([`MountNoteFiles`]).
 //!
 //! The notes mean something only until the next boot: a reboot undoes every mount they
 //! describe. A process crash or restart finds what was written (the page cache holds it, and
-//! each write is whole there, see [`Store::save_mount_notes`]), so the one loss a missing fsync
-//! allows is a power loss's, and the same power loss made the notes false. The record itself is still written durably by
-//! [`Store::save`], never holding the notes; an fsync per NodePublishVolume and per
-//! NodeUnpublishVolume was the whole cost of keeping them in it.
+//! each write is whole there, see [`MountNoteFiles::save`]), so the one loss a missing fsync
+//! allows is a power loss's, and the same power loss made the notes false. The record itself
+//! is still written durably by [`Store::save`], never holding the notes; an fsync per
+//! NodePublishVolume and per NodeUnpublishVolume was the whole cost of keeping them in it.
 //!
 //! Read back: a notes file wins over notes an earlier version wrote into the record; a notes
 //! file that cannot be parsed (only a power loss tears one) is read as no notes at all.
@@ -16,10 +16,14 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Record, Store, Synced, Target, replace_file};
+use super::records::{Record, Target};
+use crate::node_server::state::layout::RecordDir;
+#[cfg(doc)]
+use crate::node_server::state::store::Store;
+use crate::node_server::state::store::{Synced, replace_file};
 use crate::path_io::PathIoError;
 
-/// The longest notes written in place (see [`Store::save_mount_notes`]).
+/// The longest notes written in place (see [`MountNoteFiles::save`]).
 const ONE_PAGE: usize = 4096;
 
 /// A `<id>.mounts` file's contents.
@@ -31,7 +35,17 @@ struct MountNotes {
     targets: Vec<Target>,
 }
 
-impl Store<Record> {
+/// The notes files, beside the volume records in their directory.
+#[derive(Debug)]
+pub struct MountNoteFiles {
+    dir: RecordDir,
+}
+
+impl MountNoteFiles {
+    pub fn new(dir: RecordDir) -> Self {
+        Self { dir }
+    }
+
     /// Writes where `record` says its volume is mounted, neither synced (see the module's
     /// comment for why nothing is lost).
     ///
@@ -42,7 +56,7 @@ impl Store<Record> {
     /// over would make and free an inode per call, and ext4 scans past every inode freed in the
     /// last moments when it allocates one: at hundreds of publishes a second that scan was a
     /// third of a publish's CPU. Longer notes take the temporary file and the rename.
-    pub fn save_mount_notes(&self, record: &Record) -> Result<(), PathIoError> {
+    pub fn save(&self, record: &Record) -> Result<(), PathIoError> {
         let path = self.dir.mount_notes(&record.id);
         let notes = MountNotes {
             staged_at: record.staged_at.clone(),
@@ -52,7 +66,7 @@ impl Store<Record> {
             .map_err(std::io::Error::other)
             .map_err(PathIoError::at("encode", &path))?;
         if body.len() > ONE_PAGE {
-            return self.replace_mount_notes(&record.id, &body);
+            return self.replace(&record.id, &body);
         }
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -66,7 +80,7 @@ impl Store<Record> {
             .map_err(PathIoError::at("stat", &path))?
             .len();
         if length > ONE_PAGE as u64 {
-            return self.replace_mount_notes(&record.id, &body);
+            return self.replace(&record.id, &body);
         }
         body.resize(body.len().max(length as usize), b' ');
         file.write_all_at(&body, 0)
@@ -74,7 +88,7 @@ impl Store<Record> {
     }
 
     /// Notes longer than a page: a temporary file renamed over the notes.
-    fn replace_mount_notes(&self, id: &str, body: &[u8]) -> Result<(), PathIoError> {
+    fn replace(&self, id: &str, body: &[u8]) -> Result<(), PathIoError> {
         let path = self.dir.mount_notes(id);
         let temp = self.dir.temporary_mount_notes(id);
         replace_file(&temp, &path, body, Synced::No)
@@ -82,7 +96,7 @@ impl Store<Record> {
 
     /// Puts the notes kept beside `record` into it; without a notes file the record keeps
     /// what an earlier version wrote into it (or nothing).
-    pub fn read_mount_notes(&self, record: &mut Record) {
+    pub fn read(&self, record: &mut Record) {
         let path = self.dir.mount_notes(&record.id);
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
@@ -109,7 +123,7 @@ impl Store<Record> {
 
     /// Removes a volume's notes (before its record, so no notes outlive their record);
     /// notes already gone are fine.
-    pub fn remove_mount_notes(&self, id: &str) -> Result<(), PathIoError> {
+    pub fn remove(&self, id: &str) -> Result<(), PathIoError> {
         let path = self.dir.mount_notes(id);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -122,7 +136,7 @@ impl Store<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node_server::state::layout::RecordDir;
+    use crate::node_server::state::store::Store;
 
     fn published(id: &str) -> Record {
         Record {
@@ -145,19 +159,20 @@ mod tests {
         let (store, _) = Store::<Record>::open(records.clone()).unwrap();
         let record = published("vol-1");
         store.save(&record).unwrap();
-        store.save_mount_notes(&record).unwrap();
+        MountNoteFiles::new(records.clone()).save(&record).unwrap();
         (dir, records, store, record)
     }
 
     fn reopen(dir: &RecordDir) -> Vec<Record> {
-        let (store, mut records) = Store::<Record>::open(dir.clone()).unwrap();
-        records.iter_mut().for_each(|r| store.read_mount_notes(r));
+        let (_store, mut records) = Store::<Record>::open(dir.clone()).unwrap();
+        let notes = MountNoteFiles::new(dir.clone());
+        records.iter_mut().for_each(|r| notes.read(r));
         records
     }
 
     #[test]
     fn mount_notes_live_beside_the_record_and_never_in_it() {
-        let (_dir, records, store, record) = published_with_notes();
+        let (_dir, records, _store, record) = published_with_notes();
         let on_disk = std::fs::read_to_string(records.record("vol-1")).unwrap();
         assert!(
             !on_disk.contains("staged_at") && !on_disk.contains("targets"),
@@ -169,7 +184,9 @@ mod tests {
             targets: Vec::new(),
             ..record
         };
-        store.save_mount_notes(&unpublished).unwrap();
+        MountNoteFiles::new(records.clone())
+            .save(&unpublished)
+            .unwrap();
         assert_eq!(reopen(&records), vec![unpublished]);
     }
 
@@ -185,12 +202,13 @@ mod tests {
         .unwrap();
         assert_eq!(reopen(&records), vec![published("vol-1")]);
 
-        let (store, _) = Store::<Record>::open(records.clone()).unwrap();
         let unmounted = Record {
             id: "vol-1".into(),
             ..Default::default()
         };
-        store.save_mount_notes(&unmounted).unwrap();
+        MountNoteFiles::new(records.clone())
+            .save(&unmounted)
+            .unwrap();
         assert!(
             reopen(&records)[0].targets.is_empty(),
             "the notes file wins"
@@ -199,7 +217,7 @@ mod tests {
 
     #[test]
     fn shorter_notes_are_padded_in_place_and_notes_over_a_page_replace_the_file() {
-        let (_dir, records, store, record) = published_with_notes();
+        let (_dir, records, _store, record) = published_with_notes();
         let file = records.mount_notes("vol-1");
         let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap());
         let long = std::fs::read(&file).unwrap().len();
@@ -207,7 +225,9 @@ mod tests {
             targets: Vec::new(),
             ..record.clone()
         };
-        store.save_mount_notes(&unpublished).unwrap();
+        MountNoteFiles::new(records.clone())
+            .save(&unpublished)
+            .unwrap();
         let bytes = std::fs::read(&file).unwrap();
         assert_eq!(bytes.len(), long, "padded to the old length");
         assert!(
@@ -228,10 +248,10 @@ mod tests {
                 .collect(),
             ..record
         };
-        store.save_mount_notes(&crowded).unwrap();
+        MountNoteFiles::new(records.clone()).save(&crowded).unwrap();
         assert!(std::fs::read(&file).unwrap().len() > ONE_PAGE);
         assert_eq!(reopen(&records), vec![crowded.clone()]);
-        store.save_mount_notes(&crowded).unwrap();
+        MountNoteFiles::new(records.clone()).save(&crowded).unwrap();
         assert_eq!(reopen(&records), vec![crowded]);
     }
 
@@ -245,8 +265,12 @@ mod tests {
         let loaded = reopen(&records);
         assert!(loaded[0].staged_at.is_empty() && loaded[0].targets.is_empty());
 
-        store.remove_mount_notes("vol-1").unwrap();
-        store.remove_mount_notes("vol-1").unwrap();
+        MountNoteFiles::new(records.clone())
+            .remove("vol-1")
+            .unwrap();
+        MountNoteFiles::new(records.clone())
+            .remove("vol-1")
+            .unwrap();
         assert!(!records.mount_notes("vol-1").exists());
         std::fs::write(records.temporary_mount_notes("vol-1"), b"{").unwrap();
         reopen(&records);

@@ -2,9 +2,9 @@
 //! restored or cloned; a directory or a block volume's file), DeleteVolume and
 //! ControllerExpandVolume.
 
+use super::Driver;
+use super::controller_error::{ControllerError, access_name};
 use crate::linux::loopdev;
-use crate::node_server::driver::Driver;
-use crate::node_server::driver::error::{ControllerError, access_name};
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::capacity;
 use crate::node_server::state::sources::volume_key;
@@ -23,7 +23,7 @@ impl Driver {
         attributes: Attributes,
         block: bool,
     ) -> Result<Record, ControllerError> {
-        match self.volumes.find_name(name) {
+        match self.volumes.records().find_name(name) {
             Some(existing) if existing.block != block => Err(ControllerError::OtherAccessType {
                 name: name.to_owned(),
                 is: access_name(existing.block),
@@ -74,7 +74,8 @@ impl Driver {
                     block,
                     ..Default::default()
                 };
-                self.volumes.create_with(record, |dir, record| {
+                self.volumes.create_with(record, |record| {
+                    let dir = &self.volumes.path_of(&record.id);
                     if block {
                         return self.fill_block(dir, content.as_ref(), capacity);
                     }
@@ -82,7 +83,7 @@ impl Driver {
                         self.fill_held(dir, record, content)?;
                     }
                     // After the copy, which may have carried the source's root mode.
-                    Ok(self.volumes.apply_root_mode(record)?)
+                    Ok(self.volumes.storage_of(record).apply_root_mode(record)?)
                 })
             }
         }
@@ -91,11 +92,11 @@ impl Driver {
     /// DeleteVolume: gone already is fine. Refused (ABORTED) while the volume is being copied
     /// (a snapshot, a clone); its snapshots stay.
     pub fn delete(&self, id: &str) -> Result<(), ControllerError> {
-        if self.volumes.get(id).is_none() {
+        if self.volumes.records().get(id).is_none() {
             return Ok(());
         }
         let _deleting = self.sources.delete(&volume_key(id))?;
-        if let Some(record) = self.volumes.get(id).filter(|r| r.block)
+        if let Some(record) = self.volumes.records().get(id).filter(|r| r.block)
             && let Some(at) = self.block_user(&record)?
         {
             return Err(VolumeError::InUse {
@@ -116,7 +117,10 @@ impl Driver {
         required: u64,
         limit: u64,
     ) -> Result<(u64, bool), ControllerError> {
-        let record = self.volumes.provisioned(id, "ControllerExpandVolume")?;
+        let record = self
+            .volumes
+            .records()
+            .provisioned(id, "ControllerExpandVolume")?;
         if record.block {
             let required = whole_sectors(required, limit)?;
             let capacity = self.expand_accounted(&record, required, limit)?;
@@ -142,7 +146,7 @@ impl Driver {
         }
         if required <= record.capacity {
             // A retry after a failed expansion: the record grew, the limit may not have.
-            self.volumes.apply_limit(record)?;
+            self.volumes.hold_to_size(record)?;
             return Ok(record.capacity);
         }
         Ok(self.volumes.resize(id, required)?.capacity)

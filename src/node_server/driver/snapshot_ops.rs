@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use crate::node_server::driver::Driver;
-use crate::node_server::driver::error::SnapshotError;
+use super::Driver;
+use crate::node_server::state::snapshots::SnapshotError;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::node_server::state::sources::{snapshot_key, volume_key};
 
@@ -135,7 +135,7 @@ impl Driver {
             .map(|id| self.sources.read(&volume_key(id)))
             .collect::<Result<Vec<_>, _>>()?;
         let volumes = (ids.iter())
-            .map(|id| self.volumes.provisioned(id, "a snapshot"))
+            .map(|id| self.volumes.records().provisioned(id, "a snapshot"))
             .collect::<Result<Vec<_>, _>>()?;
         for volume in volumes.iter().filter(|v| v.block) {
             self.flush_block(volume)?;

@@ -1,0 +1,179 @@
+//! node-server's command line: its flags ([`Args`]), assembled into [`Settings`] — where to
+//! listen, how to wait for the state directory, and the plugin's [`Config`], checked against
+//! the CSI spec.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use argh::{ArgsInfo, FromArgs};
+
+use super::config::{self, Config};
+use crate::cli::values::{
+    ByteSize, FlagValue, HttpEndpoint, NonEmptyPath, OrEmpty, PositiveDuration, SocketAddress,
+    SocketMode,
+};
+use crate::linux::quota;
+use crate::{BoxError, UsageError, socket};
+
+/// The default driver name: domain-style, as the CSI spec requires.
+pub const DEFAULT_DRIVER_NAME: &str = "nodekit.csi.local";
+
+crate::mode_args! {
+    #[derive(FromArgs, ArgsInfo, Debug)]
+    /// A CSI plugin for node-local volumes, serving Identity, Node and Controller on a Unix socket.
+    pub struct Args {
+        /// CSI endpoint to listen on: unix:///path, unix:/path or /path (default
+        /// "unix:///csi/csi.sock")
+        #[argh(option, default = "SocketAddress::known(\"unix:///csi/csi.sock\")")]
+        pub endpoint: SocketAddress,
+        /// driver name reported by GetPluginInfo, domain style, at most 63 characters
+        /// (default "nodekit.csi.local")
+        #[argh(option, default = "String::from(DEFAULT_DRIVER_NAME)")]
+        pub driver_name: String,
+        /// node ID reported by NodeGetInfo (default: $NODE_NAME, else the host name)
+        #[argh(option)]
+        pub node_id: Option<String>,
+        /// volume limit reported by NodeGetInfo; 0 states no limit
+        #[argh(option, default = "0", arg_name = "int")]
+        pub max_volumes_per_node: i64,
+        /// bytes all volumes may take together, more than 0, e.g. 100Gi (default: the free
+        /// space of the state directory's filesystem when each volume is created)
+        #[argh(option)]
+        pub capacity: Option<ByteSize>,
+        /// without --capacity, let new volumes take free space already promised to existing
+        /// ones (by default each volume's size less its usage stays reserved)
+        #[argh(switch)]
+        pub overcommit: bool,
+        /// directory holding volumes and their state (default "/var/lib/csi-nodekit")
+        #[argh(option, default = "NonEmptyPath::known(\"/var/lib/csi-nodekit\")")]
+        pub state_dir: NonEmptyPath,
+        /// file mode of the CSI socket, octal permission bits (default 0660)
+        #[argh(option, default = "SocketMode::from_bits(0o660)", arg_name = "value")]
+        pub socket_mode: SocketMode,
+        /// numeric group ID to own the CSI socket
+        #[argh(option, arg_name = "int")]
+        pub socket_group: Option<u32>,
+        /// hold volumes to their sizes with project quotas: auto (where the filesystem can),
+        /// on (or refuse to start), off (never touch quotas) (default auto)
+        #[argh(option, default = "quota::Mode::Auto", arg_name = "value")]
+        pub quota: quota::Mode,
+        /// pause between passes over every quota'd volume looking for files taken out of
+        /// its project (found ones are set back and charged to the volume) (default 20s)
+        #[argh(option, default = "PositiveDuration::from_secs(20)", arg_name = "duration")]
+        pub quota_check_interval: PositiveDuration,
+        /// inodes those passes look at per second, at most, more than 0 (default 5000)
+        #[argh(option, default = "5000", arg_name = "int")]
+        pub quota_check_rate: u32,
+        /// when another node-server holds the state directory: wait (without serving) and
+        /// take over when it exits, or exit (exit 1 at once) (default wait)
+        #[argh(option, default = "StateDirBusy::Wait", arg_name = "value")]
+        pub state_dir_busy: StateDirBusy,
+        /// advertise the GET_SNAPSHOT controller capability (GetSnapshot is served either
+        /// way; csi-sanity before v5.5 fails on the capability)
+        #[argh(switch)]
+        pub advertise_get_snapshot: bool,
+        /// address of the HTTP server for /metrics (the quota checks' counters), e.g. :9810;
+        /// empty means no server
+        #[argh(option, default = "OrEmpty::default()")]
+        pub http_endpoint: OrEmpty<HttpEndpoint>,
+    }
+}
+
+/// The command line, assembled (argh refused bad values while parsing): where to listen, and
+/// the plugin's configuration, checked against the CSI spec.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub endpoint: PathBuf,
+    pub socket_perms: socket::Permissions,
+    /// `--state-dir-busy`.
+    pub state_dir_busy: StateDirBusy,
+    /// `--http-endpoint`: where `/metrics` is served, if anywhere.
+    pub http_endpoint: Option<String>,
+    pub config: Config,
+}
+
+impl Settings {
+    /// Assembles the settings (each value was checked while parsing); a configuration the
+    /// CSI spec does not allow is a usage error (exit 2) naming it.
+    pub fn from_args(args: Args) -> Result<Self, BoxError> {
+        if args.quota_check_rate == 0 {
+            return Err(UsageError::new("--quota-check-rate must be more than 0").into());
+        }
+        let config = Config {
+            node_id: match args.node_id {
+                Some(id) => id,
+                None => default_node_id()?,
+            },
+            max_volumes_per_node: args.max_volumes_per_node,
+            capacity: args.capacity.map(ByteSize::bytes),
+            overcommit: args.overcommit,
+            quota: args.quota,
+            advertise_get_snapshot: args.advertise_get_snapshot,
+            quota_checks: config::QuotaChecks {
+                interval: args.quota_check_interval.get(),
+                rate: args.quota_check_rate,
+            },
+            ..Config::new(&args.driver_name, "", args.state_dir.into_path())
+        };
+        config.check().map_err(UsageError::new)?;
+        Ok(Self {
+            endpoint: args.endpoint.into_path(),
+            socket_perms: socket::Permissions {
+                mode: args.socket_mode.bits(),
+                gid: args.socket_group,
+            },
+            state_dir_busy: args.state_dir_busy,
+            http_endpoint: args
+                .http_endpoint
+                .into_option()
+                .map(HttpEndpoint::into_string),
+            config,
+        })
+    }
+}
+
+/// `--state-dir-busy`: what to do when another node-server holds the state directory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StateDirBusy {
+    /// Wait for it to exit, then take over.
+    #[default]
+    Wait,
+    /// Exit 1 at once.
+    Exit,
+}
+
+impl FromStr for StateDirBusy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "wait" => Ok(Self::Wait),
+            "exit" => Ok(Self::Exit),
+            other => Err(format!(
+                "--state-dir-busy must be wait or exit, not {other:?}"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for StateDirBusy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Wait => "wait",
+            Self::Exit => "exit",
+        })
+    }
+}
+
+/// `$NODE_NAME`, else the kernel's host name.
+fn default_node_id() -> Result<String, BoxError> {
+    if let Ok(name) = std::env::var("NODE_NAME")
+        && !name.is_empty()
+    {
+        return Ok(name);
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("read host name for --node-id: {e}"))?;
+    Ok(name.trim().to_owned())
+}
