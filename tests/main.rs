@@ -11,8 +11,9 @@
 //! - `transport/`: the socket layer, gRPC and the HTTP health ports;
 //! - `packaging/`: the container image, the Kubernetes manifests, the demo;
 //! - `end_to_end` (the whole registration flow) and `fault_suite/` (what real nodes do to the
-//!   three modes), which span every area, and `docs_links` (the README's and docs/' links
-//!   resolve; the README keeps CI's test command).
+//!   three modes), which span every area, `docs_links` (the README's and docs/' links
+//!   resolve; the README keeps CI's test command) and `module_maps` (the module docs and
+//!   docs/layout.md name every module and room, and nothing that is gone).
 //!
 //! `common/` holds the helpers they share (the real binary, fake drivers and plugins, the
 //! mount sandbox). A test's path is its folder's: `cargo test --test integration
@@ -28,6 +29,7 @@ mod docs_links;
 mod end_to_end;
 mod fault_suite;
 mod flow;
+mod module_maps;
 mod node_server;
 mod packaging;
 mod probe;

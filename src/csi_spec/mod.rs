@@ -1,6 +1,7 @@
 //! What the CSI spec fixes, shared by every mode that checks it: the naming rule for driver
-//! names, the size limits on fields ("Field Requirements › Size Limits"), and the names of the
-//! path fields that errors below the gRPC handlers name ([`Field`]).
+//! names ([`driver_name`]), the size limits on fields ("Field Requirements › Size Limits"),
+//! and the names of the path fields that errors below the gRPC handlers name (`field`,
+//! [`Field`]).
 
 pub mod driver_name;
 mod field;

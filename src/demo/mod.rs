@@ -3,6 +3,9 @@
 //! (this same binary) in a temporary directory and shows what the kubelet would have written;
 //! act two creates, stages and publishes a volume and shows it mounted. Everything runs in a
 //! private mount namespace and is taken down at the end, leaving nothing behind.
+//!
+//! `processes` starts the three modes as a DaemonSet would; `volume` is act two; `drawing` is
+//! `--flow`, the demo's observations and the kubelet's calls in one diagram.
 
 mod drawing;
 mod processes;

@@ -9,12 +9,12 @@
 //! - [`takeover`] — becoming the state directory's one node-server (or waiting for it).
 //! - [`server`] — the gRPC server and its bounds ([`serve`], [`Plugin`]); `grace` — the end of
 //!   the grace period for calls in flight; `in_flight` — the calls running, which is what a
-//!   shutdown waits for; `heap` — the heap trimmed once a burst of calls is over.
+//!   shutdown waits for; `burst_trim` — the heap trimmed once a burst of calls is over.
 //! - [`grpc`] — the four CSI services, one file each (validate → act → respond) with the table
 //!   that maps their failures to gRPC codes; request checks and the spec's field limits.
 //! - `driver` — the plugin below the handlers, its operations and what they fail with; the
 //!   one way to run a blocking operation under a volume's claim; the quota patrol.
-//! - [`metrics`] — `/metrics`: the quota patrol's counters.
+//! - [`metrics_endpoint`] — `--http-endpoint`'s `/metrics`: the quota patrol's counters.
 //! - [`state`] — what it keeps under `--state-dir`: the directory as one value (`layout`),
 //!   volume, snapshot and group records (atomic writes), the volumes' records, claims,
 //!   capacity and storage, the mutable attributes, what volumes get from project quotas,
@@ -22,13 +22,13 @@
 //! - Underneath, [`crate::linux`]: mounts, the mount table, quotas, loop devices, the copy
 //!   engine.
 
+mod burst_trim;
 pub mod config;
 pub(crate) mod driver;
 mod grace;
 pub mod grpc;
-mod heap;
 mod in_flight;
-pub mod metrics;
+pub mod metrics_endpoint;
 pub mod server;
 pub mod settings;
 pub mod state;
@@ -83,10 +83,10 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         if let Some(endpoint) = &settings.http_endpoint {
             let listener = crate::http::bind(endpoint).await?;
             let driver = Arc::clone(plugin.driver());
-            let handler = metrics::Handler::new(move || driver.escape_totals());
+            let handler = metrics_endpoint::Handler::new(move || driver.escape_totals());
             let answer = move |path: String| {
                 let handler = Arc::clone(&handler);
-                async move { metrics::answer(&handler, &path) }
+                async move { metrics_endpoint::answer(&handler, &path) }
             };
             tokio::spawn(crate::http::serve(listener, answer, shutdown.clone()));
         }

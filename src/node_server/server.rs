@@ -11,7 +11,7 @@ use super::config::Config;
 use super::driver::{Driver, OpenError, Seams};
 use super::grpc::{controller, field_limits, group_controller, identity, node};
 use super::state::owner::Owner;
-use super::{grace, heap, in_flight};
+use super::{burst_trim, grace, in_flight};
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
@@ -59,7 +59,7 @@ pub async fn serve(
     let grace = crate::shutdown::GRACE_PERIOD;
     let calls = in_flight::InFlight::default();
     // Stopped with the server: in-process tests serve many times on one runtime.
-    let trimmer = tokio::spawn(heap::trim_after_bursts(calls.clone()));
+    let trimmer = tokio::spawn(burst_trim::trim_after_bursts(calls.clone()));
     let cut = grace::CutAtGraceEnd::new(shutdown.later(grace), grace, calls.clone());
     let server = bounded_server()
         .layer(cut)

@@ -24,7 +24,7 @@ use crate::linux::loopdev;
 use crate::linux::privilege;
 use crate::node_server::state::layout::block_image_in;
 use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
-use crate::node_server::state::volume_quota::Hold;
+use crate::node_server::state::volumes::project_quotas::Hold;
 use crate::node_server::state::volumes::{ContentSource, Record, VolumeError};
 use crate::path_io::PathIoError;
 

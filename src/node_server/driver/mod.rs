@@ -38,7 +38,7 @@ use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::owner::{Owner, OwnerError};
 use crate::node_server::state::snapshots::{Filter, Snapshot, Snapshots};
 use crate::node_server::state::sources::Sources;
-use crate::node_server::state::volume_quota::{QuotaRefused, VolumeQuotas};
+use crate::node_server::state::volumes::project_quotas::{QuotaRefused, VolumeQuotas};
 use crate::node_server::state::volumes::{
     Claims, ContentSource, QuotaDirectories, Record, Sizing, VolumeError, Volumes,
 };

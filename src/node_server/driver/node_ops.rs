@@ -11,8 +11,8 @@ use super::node_error::NodeError;
 use super::{Driver, ephemeral};
 use crate::csi_spec::Field;
 use crate::linux::mount::MountOptions;
-use crate::node_server::state::volume_quota::Hold;
 use crate::node_server::state::volumes::Record;
+use crate::node_server::state::volumes::project_quotas::Hold;
 use crate::node_server::state::volumes::roles::Role;
 
 /// A NodePublishVolume request after validation.

@@ -14,8 +14,8 @@ use crate::node_server::driver::BindError as P;
 use crate::node_server::driver::{Driver, NodeError, PublishRequest, Staging, is_ephemeral};
 use crate::node_server::grpc::field_limits::checked;
 use crate::node_server::grpc::validate::{self, AccessMode};
-use crate::node_server::state::volume_quota::{Hold, Usage};
 use crate::node_server::state::volumes::VolumeError as V;
+use crate::node_server::state::volumes::project_quotas::{Hold, Usage};
 use crate::proto::csi::{
     NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
     NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,

@@ -1,22 +1,20 @@
 //! What node-server keeps: the records of its volumes and snapshots under `--state-dir`, written
-//! atomically, and what lives beside them in memory (per-volume locks, copy sources in use).
+//! atomically, and what lives beside them in memory (claims, capacity, copy sources in use).
 //!
 //! - [`layout`] — the state directory as one value: every name under `--state-dir`.
-//! - [`orphans`] — what interrupted operations left, set aside at start-up under names no
-//!   ID can have and removed in the background.
 //! - [`owner`] — the exclusive lock that makes one node-server the directory's only user.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
-//! - [`volumes`] — the volumes this node owns: records, data directories, capacity accounting,
-//!   per-volume try-locks, the one create path.
+//! - [`volumes`] — the volumes this node owns: their records, claims, capacity, the storage
+//!   behind them (a directory held by a project quota) and their lifecycle.
 //! - [`snapshots`] — snapshot and group records, their data, start-up recovery, and cutting
 //!   them with the copy engine.
 //! - [`sources`] — volumes and snapshots being copied from, which may not be deleted meanwhile.
-//! - [`capacity`] — choosing a volume's size from a CSI range; how much is left to provision.
+//! - [`orphans`] — what interrupted operations left, set aside at start-up under names no
+//!   ID can have and removed in the background.
+//! - [`capacity`] — the rules: a volume's size from a CSI range, inode limits, what is free.
 //! - [`attributes`] — the mutable parameters a VolumeAttributesClass may set.
 //! - [`escapes`] — escapes from volumes' project quotas: each volume's episode (said once,
 //!   shown in its condition, counted) and the background walk's pace.
-//! - [`volume_quota`] — what volumes get from project quotas: a project and a limit each,
-//!   released at deletion, their own usage for stats.
 
 pub mod attributes;
 pub mod capacity;
@@ -27,7 +25,6 @@ pub mod owner;
 pub mod snapshots;
 pub(crate) mod sources;
 pub(crate) mod store;
-pub mod volume_quota;
 pub mod volumes;
 
 #[cfg(test)]

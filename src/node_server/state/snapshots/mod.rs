@@ -9,9 +9,13 @@
 //! aside for removal in the background ([`Orphans`]): partial copies (temporary names), data
 //! without a record file, and the members of a group whose record is missing (a group cut or
 //! deleted only in part, never reported to anyone; their records are removed at once).
+//!
+//! [`records`] holds the snapshot and group records and their JSON (the volume records are
+//! `state::volumes::records`), `take` the cut itself, and `snapshot_error` what these
+//! operations fail with ([`SnapshotError`]).
 
-mod error;
 pub mod records;
+mod snapshot_error;
 mod take;
 
 use std::collections::BTreeMap;
@@ -24,8 +28,8 @@ use crate::node_server::state::layout::volume_id_problem;
 use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::store::{self, Store};
 use crate::path_io::PathIoError;
-pub use error::SnapshotError;
 pub use records::{Group, Snapshot, Time};
+pub use snapshot_error::SnapshotError;
 pub use take::{Cut, spread};
 
 #[derive(Debug, Default)]

@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use super::Volumes;
+use super::project_quotas::{self, Released};
 use super::records::{ContentSource, Record};
 use super::storage::VolumeStorage;
 use super::volume_error::VolumeError;
 use crate::linux::mountinfo::MountTable;
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::orphans::Orphans;
-use crate::node_server::state::volume_quota::{self, Released};
 
 impl Volumes {
     /// Creates an empty volume if its size fits.
@@ -141,7 +141,7 @@ impl Volumes {
         if let Some(mut record) = self.catalog.get(id) {
             // Only data just removed may still be settling.
             let wait = match removed {
-                true => volume_quota::SETTLE,
+                true => project_quotas::SETTLE,
                 false => Duration::ZERO,
             };
             if let Released::Kept(_) = storage.release(&record, wait)? {

@@ -7,7 +7,9 @@
 //! - [`ledger`] — capacity: what the volumes spend, what is reserved and promised, and what is
 //!   left.
 //! - [`storage`] — the storage behind a volume, as a trait ([`VolumeStorage`]);
-//!   [`quota_directories`] — today's layout: a directory held by a project quota.
+//!   [`quota_directories`] — today's layout: a directory held by a project quota;
+//!   [`project_quotas`] — what volumes get from project quotas: a project and a limit each,
+//!   released at deletion, their own usage for stats.
 //! - [`lifecycle`] — create (with a fill), resize, new attributes, delete, and deletions
 //!   finished after a crash, through the three above.
 //! - [`volume_error`] — what they fail with.
@@ -17,6 +19,7 @@ pub mod claims;
 pub mod ledger;
 mod lifecycle;
 pub mod mount_notes;
+pub mod project_quotas;
 pub mod quota_directories;
 pub mod records;
 pub mod roles;

@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::project_quotas::{Hold, Released, VolumeQuotas};
 use super::records::Record;
 use super::storage::VolumeStorage;
 use super::volume_error::VolumeError;
@@ -15,7 +16,6 @@ use crate::linux::mountinfo::MountTable;
 use crate::node_server::state::layout::{StateDir, volume_id_problem};
 use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::store::sync_dir;
-use crate::node_server::state::volume_quota::{Hold, Released, VolumeQuotas};
 use crate::path_io::PathIoError;
 
 #[derive(Debug)]

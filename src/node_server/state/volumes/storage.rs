@@ -11,11 +11,11 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::project_quotas::{Hold, Released, Usage};
 use super::records::Record;
 use super::volume_error::VolumeError;
 use crate::linux::mountinfo::MountTable;
 use crate::node_server::state::orphans::Orphans;
-use crate::node_server::state::volume_quota::{Hold, Released, Usage};
 
 /// How one layout keeps volumes. Every method blocks (syscalls, fsync).
 pub trait VolumeStorage: fmt::Debug + Send + Sync {

@@ -5,7 +5,7 @@ use crate::linux::mount::fake::RecordingMounter;
 use crate::linux::mount::{MountOptions, Mounter};
 use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::store::Store;
-use crate::node_server::state::volume_quota::VolumeQuotas;
+use crate::node_server::state::volumes::project_quotas::VolumeQuotas;
 
 fn open(total: Option<u64>) -> (tempfile::TempDir, Volumes) {
     let dir = tempfile::tempdir().unwrap();
@@ -309,7 +309,7 @@ fn a_deleted_volume_whose_project_is_charged_elsewhere_keeps_it_until_a_later_st
         "its size is no volume's"
     );
     let kept_limits = crate::linux::quota::Limits {
-        bytes: crate::node_server::state::volume_quota::LEFTOVER_BYTES,
+        bytes: crate::node_server::state::volumes::project_quotas::LEFTOVER_BYTES,
         inodes: 1,
     };
     assert_eq!(

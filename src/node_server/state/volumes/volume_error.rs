@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use super::claims::Busy;
+use super::project_quotas::LimitKept;
 use crate::linux::mountinfo::Unlocatable;
 use crate::linux::quota::QuotaError;
-use crate::node_server::state::volume_quota::LimitKept;
 use crate::path_io::PathIoError;
 
 /// What can go wrong with the volumes themselves; each variant names the volume, the sizes or

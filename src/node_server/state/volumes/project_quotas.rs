@@ -15,10 +15,10 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::records::Record;
 use crate::linux::quota::{
     self, Decision, Limits, Mode, PROJECT_IDS, ProjectIds, ProjectQuotas, QuotaError, QuotaFs,
 };
-use crate::node_server::state::volumes::Record;
 
 /// A new size or limit for a volume whose project quota this node does not manage now: the
 /// filesystem would keep holding it to the old one.
