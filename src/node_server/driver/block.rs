@@ -132,7 +132,7 @@ impl Driver {
     }
 
     /// NodeStageVolume: the volume's file on a loop device of ours, found or attached.
-    pub(in crate::node_server) fn stage_block(&self, record: &Record) -> Result<(), NodeError> {
+    pub(super) fn stage_block(&self, record: &Record) -> Result<(), NodeError> {
         let image = self.image_of(&record.id);
         let (status, attached) = self.loops.find_or_attach(&image, options(record, false))?;
         if attached {
@@ -142,7 +142,7 @@ impl Driver {
     }
 
     /// NodeUnstageVolume: every device of ours for the file detached, once no target holds one.
-    pub(in crate::node_server) fn unstage_block(&self, record: &Record) -> Result<(), NodeError> {
+    pub(super) fn unstage_block(&self, record: &Record) -> Result<(), NodeError> {
         let image = self.image_of(&record.id);
         if !image.exists() {
             return Ok(());
@@ -166,7 +166,7 @@ impl Driver {
 
     /// NodePublishVolume: the staged device (or, read-only, a read-only device of its own)
     /// bind-mounted onto the target file, which is created if it is not there.
-    pub(in crate::node_server) fn publish_block(
+    pub(super) fn publish_block(
         &self,
         record: &Record,
         staging: Option<&Path>,
@@ -227,7 +227,7 @@ impl Driver {
     /// NodeUnpublishVolume: every mount of the volume's devices stacked at the target undone,
     /// the target file removed if publish `created` it, and a read-only device no other target
     /// holds detached.
-    pub(in crate::node_server) fn unpublish_block(
+    pub(super) fn unpublish_block(
         &self,
         record: &Record,
         target: &Path,
@@ -277,11 +277,7 @@ impl Driver {
 
     /// NodeGetVolumeStats: the capacity (a block device has no used or free space to tell),
     /// healthy when a device of the volume is at the path.
-    pub(in crate::node_server) fn block_stats(
-        &self,
-        record: &Record,
-        path: &Path,
-    ) -> Result<Stats, NodeError> {
+    pub(super) fn block_stats(&self, record: &Record, path: &Path) -> Result<Stats, NodeError> {
         let found = self.found(record)?;
         let abnormal = match device_at(path, &found) {
             Some(_) => None,
@@ -301,10 +297,7 @@ impl Driver {
 
     /// NodeExpandVolume: the file grown to the recorded size (if a crash left it behind) and
     /// every device of ours told its new size; returns the size the devices now have.
-    pub(in crate::node_server) fn expand_block_on_node(
-        &self,
-        record: &Record,
-    ) -> Result<u64, NodeError> {
+    pub(super) fn expand_block_on_node(&self, record: &Record) -> Result<u64, NodeError> {
         let image = self.image_of(&record.id);
         loopdev::grow_backing_file(&image, record.capacity)?;
         let mut size = record.capacity;
@@ -316,7 +309,7 @@ impl Driver {
 
     /// Whether a block volume's file is attached anywhere (ours or someone else's): deleting
     /// it then would pull the data from under a device.
-    pub(in crate::node_server) fn block_user(
+    pub(super) fn block_user(
         &self,
         record: &Record,
     ) -> Result<Option<PathBuf>, loopdev::LoopError> {
@@ -331,10 +324,7 @@ impl Driver {
     }
 
     /// ControllerModifyVolume's `directIO`, switched on every attached device of the volume.
-    pub(in crate::node_server) fn apply_direct_io(
-        &self,
-        record: &Record,
-    ) -> Result<(), loopdev::LoopError> {
+    pub(super) fn apply_direct_io(&self, record: &Record) -> Result<(), loopdev::LoopError> {
         let Some(on) = record.attributes.direct_io else {
             return Ok(());
         };
@@ -352,10 +342,7 @@ impl Driver {
     }
 
     /// Before a block volume is copied: what its staged devices acknowledged is on disk.
-    pub(in crate::node_server) fn flush_block(
-        &self,
-        record: &Record,
-    ) -> Result<(), loopdev::LoopError> {
+    pub(super) fn flush_block(&self, record: &Record) -> Result<(), loopdev::LoopError> {
         let image = self.image_of(&record.id);
         if !image.exists() {
             return Ok(());

@@ -44,10 +44,7 @@ pub struct Content {
 
 impl Driver {
     /// Finds and holds the source of a restore or clone.
-    pub(in crate::node_server) fn content(
-        &self,
-        source: &ContentSource,
-    ) -> Result<Content, ControllerError> {
+    pub(super) fn content(&self, source: &ContentSource) -> Result<Content, ControllerError> {
         let not_found = |kind, id: &str| ControllerError::SourceNotFound {
             kind,
             id: id.to_owned(),
@@ -86,13 +83,11 @@ impl Driver {
             }
         }
     }
-}
 
-impl Driver {
     /// A new block volume's directory: private (only node-server reaches the file), holding
     /// the file — the source's, copied with reflinks where the filesystem shares extents and
     /// sparse elsewhere, then grown to `capacity` — or a new sparse one of exactly `capacity`.
-    pub(in crate::node_server) fn fill_block(
+    pub(super) fn fill_block(
         &self,
         dir: &Path,
         content: Option<&Content>,
@@ -114,12 +109,10 @@ impl Driver {
             .map_err(VolumeError::from)?;
         Ok(())
     }
-}
 
-impl Driver {
     /// Fills a new filesystem volume's directory `dir` (already in its project, under the
     /// limit of `record`) with `content`, held to the volume's size: see the module's docs.
-    pub(in crate::node_server) fn fill_held(
+    pub(super) fn fill_held(
         &self,
         dir: &Path,
         record: &Record,

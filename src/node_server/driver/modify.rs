@@ -25,7 +25,7 @@ impl Driver {
     }
 
     /// Whether `wanted` can hold on `volume` (`None`: a volume about to be created here).
-    pub(in crate::node_server) fn check_attributes(
+    pub(super) fn check_attributes(
         &self,
         wanted: &Attributes,
         volume: Option<&Record>,
