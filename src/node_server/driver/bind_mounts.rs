@@ -211,7 +211,9 @@ pub fn bind_target(mounter: &dyn Mounter, p: &Publication) -> Result<Published, 
     let created = make_mount_point(Field::TargetPath, p.target)?;
     if let Err(e) = mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options) {
         if created {
-            let _ = remove_mount_point(p.target);
+            if let Err(left) = remove_mount_point(p.target) {
+                log::warn!("mount point of a failed publish stays: {left}");
+            }
         }
         return Err(e.into());
     }
