@@ -14,10 +14,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use csi_nodekit::node_server::state::layout::StateDir;
 use csi_nodekit::node_server::state::orphans::Orphans;
 use csi_nodekit::node_server::state::owner::Owner;
 use csi_nodekit::node_server::state::snapshots::{Snapshots, spread};
+use csi_nodekit::node_server::state::state_dir::StateDir;
 use csi_nodekit::node_server::{Config, Plugin, Seams, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;

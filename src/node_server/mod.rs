@@ -15,7 +15,7 @@
 //! - `driver` — the plugin below the handlers, its operations and what they fail with; the
 //!   one way to run a blocking operation under a volume's claim; the quota patrol.
 //! - [`metrics_endpoint`] — `--http-endpoint`'s `/metrics`: the quota patrol's counters.
-//! - [`state`] — what it keeps under `--state-dir`: the directory as one value (`layout`),
+//! - [`state`] — what it keeps under `--state-dir`: the directory as one value (`state_dir`),
 //!   volume, snapshot and group records (atomic writes), the volumes' records, claims,
 //!   capacity and storage, the mutable attributes, what volumes get from project quotas,
 //!   copy sources in use, orphans, the owner's lock, the escapes the patrol found.

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use csi_nodekit::linux::mountinfo::MountTable;
-use csi_nodekit::node_server::state::layout::StateDir;
 use csi_nodekit::node_server::state::owner::Owner;
+use csi_nodekit::node_server::state::state_dir::StateDir;
 use csi_nodekit::node_server::{Config, Mounter, Plugin, Seams, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;

@@ -21,7 +21,7 @@ use crate::linux::loopdev::{self, AttachOptions, Found, Status};
 use crate::linux::mountinfo::MountTable;
 use crate::linux::resolve;
 #[cfg(doc)]
-use crate::node_server::state::layout::StateDir;
+use crate::node_server::state::state_dir::StateDir;
 use crate::node_server::state::volumes::{Record, VolumeError};
 
 fn options(record: &Record, read_only: bool) -> AttachOptions {

@@ -33,11 +33,11 @@ use super::config::{Config, ConfigError};
 use crate::linux::loopdev::{KernelLoops, LoopDevices};
 use crate::linux::mount::{LinuxMounter, Mounter};
 use crate::node_server::state::escapes::Escapes;
-use crate::node_server::state::layout::{StateDir, StateDirError};
 use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::owner::{Owner, OwnerError};
 use crate::node_server::state::snapshots::{Filter, Snapshot, Snapshots};
 use crate::node_server::state::sources::Sources;
+use crate::node_server::state::state_dir::{StateDir, StateDirError};
 use crate::node_server::state::volumes::project_quotas::{QuotaRefused, VolumeQuotas};
 use crate::node_server::state::volumes::{
     Claims, ContentSource, QuotaDirectories, Record, Sizing, VolumeError, Volumes,

@@ -13,7 +13,7 @@ use crate::proto::csi::{CapacityRange, VolumeCapability, volume_capability};
 pub use volume_capability::access_mode::Mode as AccessMode;
 
 pub use crate::node_server::grpc::field_limits::MAX_STRING;
-pub use crate::node_server::state::layout::{MAX_VOLUME_ID, volume_id_problem};
+pub use crate::node_server::state::state_dir::{MAX_VOLUME_ID, volume_id_problem};
 pub use crate::paths::{nested, normalise};
 
 /// A required string field.

@@ -1,7 +1,7 @@
 //! What node-server keeps: the records of its volumes and snapshots under `--state-dir`, written
 //! atomically, and what lives beside them in memory (claims, capacity, copy sources in use).
 //!
-//! - [`layout`] — the state directory as one value: every name under `--state-dir`.
+//! - [`state_dir`] — the state directory as one value: every name under `--state-dir`.
 //! - [`owner`] — the exclusive lock that makes one node-server the directory's only user.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
 //! - [`volumes`] — the volumes this node owns: their records, claims, capacity, the storage
@@ -19,11 +19,11 @@
 pub mod attributes;
 pub mod capacity;
 pub mod escapes;
-pub mod layout;
 pub mod orphans;
 pub mod owner;
 pub mod snapshots;
 pub(crate) mod sources;
+pub mod state_dir;
 pub(crate) mod store;
 pub mod volumes;
 

@@ -2,7 +2,7 @@
 //! copy, a restore's or clone's directory without a record, snapshot data whose record was
 //! never written or whose group was never completed, what a deletion left of a volume's data. Start-up sets each aside, before anything
 //! is served, with one rename to a name no volume or snapshot ID can have
-//! ([`layout::orphan_name`]: IDs never start with a dot), so no call can find or claim it, however
+//! ([`state_dir::orphan_name`]: IDs never start with a dot), so no call can find or claim it, however
 //! large it is; a thread at idle I/O priority removes them once the socket serves (86,000 files
 //! took 50 s on ext4, which start-up used to spend before serving).
 //!
@@ -19,7 +19,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 
 use crate::linux::copy;
-use crate::node_server::state::layout;
+use crate::node_server::state::state_dir;
 
 /// The leftovers found at start-up, set aside and waiting for [`Orphans::remove_in_background`].
 #[derive(Debug, Default)]
@@ -38,7 +38,7 @@ impl Orphans {
         let from = dir.join(name);
         let to = loop {
             let tag = crate::node_server::state::store::new_id("", |_| false);
-            let to = dir.join(layout::orphan_name(&tag));
+            let to = dir.join(state_dir::orphan_name(&tag));
             match renameat2(
                 AT_FDCWD,
                 &from,
@@ -64,7 +64,7 @@ impl Orphans {
     pub fn resume(&self, dir: &Path) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
-            if layout::is_orphan(&entry.file_name()) {
+            if state_dir::is_orphan(&entry.file_name()) {
                 self.push(entry.path());
             }
         }
@@ -144,7 +144,7 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1);
-        assert!(layout::is_orphan(&names[0]), "{names:?}");
+        assert!(state_dir::is_orphan(&names[0]), "{names:?}");
         assert_eq!(orphans.len(), 1);
         orphans.remove_in_background().unwrap().join().unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -154,13 +154,13 @@ mod tests {
     #[test]
     fn orphans_a_previous_run_left_are_taken_up_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join(layout::orphan_name("old"))).unwrap();
+        std::fs::create_dir(dir.path().join(state_dir::orphan_name("old"))).unwrap();
         std::fs::create_dir(dir.path().join("vol-kept")).unwrap();
         let orphans = Orphans::new();
         orphans.resume(dir.path()).unwrap();
         assert_eq!(orphans.len(), 1);
         orphans.remove_in_background().unwrap().join().unwrap();
         assert!(dir.path().join("vol-kept").exists());
-        assert!(!dir.path().join(layout::orphan_name("old")).exists());
+        assert!(!dir.path().join(state_dir::orphan_name("old")).exists());
     }
 }

@@ -17,7 +17,7 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::lock_file;
 use crate::path_io::PathIoError;
 
-use super::layout::StateDir;
+use super::state_dir::StateDir;
 
 /// The lock on a state directory; released when dropped.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! Metadata on disk: one small JSON file per volume in its [`RecordDir`] (and per snapshot
-//! and group snapshot, in their own: any [`Persisted`] record; [`layout`] names them), written
+//! and group snapshot, in their own: any [`Persisted`] record; [`state_dir`] names them), written
 //! atomically (temporary file, fsync, rename, fsync of the directory), so that after a crash
 //! each file is either the old or the new record, never a torn one. (Where a volume is
 //! mounted, which a reboot makes stale anyway, is kept beside its record without any fsync:
@@ -14,9 +14,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 #[cfg(doc)]
-use crate::node_server::state::layout;
-use crate::node_server::state::layout::volume_id_problem;
-use crate::node_server::state::layout::{RecordDir, RecordName};
+use crate::node_server::state::state_dir;
+use crate::node_server::state::state_dir::volume_id_problem;
+use crate::node_server::state::state_dir::{RecordDir, RecordName};
 use crate::path_io::PathIoError;
 
 /// A record kept by a [`Store`]: one JSON file named by its ID, its fields as serde spells

@@ -13,8 +13,8 @@ use crate::linux::quota;
 use crate::node_server::Config;
 use crate::node_server::driver::Seams;
 use crate::node_server::state::attributes::Attributes;
-use crate::node_server::state::layout::StateDir;
 use crate::node_server::state::owner::Owner;
+use crate::node_server::state::state_dir::StateDir;
 
 struct Node {
     _dir: tempfile::TempDir,

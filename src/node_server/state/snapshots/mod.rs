@@ -23,9 +23,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::linux::copy;
-use crate::node_server::state::layout::StateDir;
-use crate::node_server::state::layout::volume_id_problem;
 use crate::node_server::state::orphans::Orphans;
+use crate::node_server::state::state_dir::StateDir;
+use crate::node_server::state::state_dir::volume_id_problem;
 use crate::node_server::state::store::{self, Store};
 use crate::path_io::PathIoError;
 pub use records::{Group, Snapshot, Time};

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::mount_notes::MountNoteFiles;
 use super::records::Record;
 use super::volume_error::VolumeError;
-use crate::node_server::state::layout::RecordDir;
+use crate::node_server::state::state_dir::RecordDir;
 use crate::node_server::state::store::Store;
 use crate::path_io::PathIoError;
 

@@ -28,7 +28,7 @@ pub mod volume_error;
 
 use std::path::PathBuf;
 
-use crate::node_server::state::layout::StateDir;
+use crate::node_server::state::state_dir::StateDir;
 use crate::node_server::state::store;
 pub use catalog::Catalog;
 pub use claims::{Busy, Claim, Claims};

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::records::{Record, Target};
-use crate::node_server::state::layout::RecordDir;
+use crate::node_server::state::state_dir::RecordDir;
 #[cfg(doc)]
 use crate::node_server::state::store::Store;
 use crate::node_server::state::store::{Synced, replace_file};

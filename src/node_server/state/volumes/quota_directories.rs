@@ -13,8 +13,8 @@ use super::records::Record;
 use super::storage::VolumeStorage;
 use super::volume_error::VolumeError;
 use crate::linux::mountinfo::MountTable;
-use crate::node_server::state::layout::{StateDir, volume_id_problem};
 use crate::node_server::state::orphans::Orphans;
+use crate::node_server::state::state_dir::{StateDir, volume_id_problem};
 use crate::node_server::state::store::sync_dir;
 use crate::path_io::PathIoError;
 

@@ -156,7 +156,7 @@ fn new_ids_are_distinct_and_safe_as_directory_names() {
     assert_eq!(ids.len(), 1000);
     for id in &ids {
         assert_eq!(
-            crate::node_server::state::layout::volume_id_problem(id),
+            crate::node_server::state::state_dir::volume_id_problem(id),
             None
         );
     }
