@@ -1,9 +1,9 @@
 //! Copy sources in use. A volume or snapshot being copied from (a snapshot being cut, a
 //! restore, a clone) may feed any number of copies at once, but must not be deleted while one
-//! runs, and a deletion in progress keeps new copies out. Both sides are try-locks, like the
-//! per-volume locks: the loser gets ABORTED at once and the CO retries.
+//! runs, and a deletion in progress keeps new copies out. Both sides are claimed like a
+//! volume's claim (`volumes::claims`): the loser gets ABORTED at once and the CO retries.
 //!
-//! These are separate from the per-volume locks on purpose: a snapshot of a published volume
+//! These are separate from the volumes' claims on purpose: a snapshot of a published volume
 //! copies its directory for as long as that takes, and NodePublish, NodeUnpublish and
 //! ControllerExpand of the same volume must not wait for it (a pod would not start while a
 //! 100 GiB volume is copied without reflinks).
