@@ -25,14 +25,23 @@ impl PathIoError {
         }
     }
 
-    /// `map_err(PathIoError::at("remove", path))`: the error of `op` on `path`.
-    pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Self + 'a {
-        move |source| Self::new(op, path, source)
+    /// `map_err(PathIoError::at("remove", path))`: the error of `op` on `path`, from an
+    /// `io::Error` or a `nix` errno alike.
+    pub fn at<'a, E: Into<io::Error>>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(E) -> Self + 'a {
+        move |source| Self::new(op, path, source.into())
     }
 
     /// The kind of the underlying I/O error.
     pub fn kind(&self) -> io::ErrorKind {
         self.source.kind()
+    }
+
+    /// The kernel's errno, when a syscall failed.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.source.raw_os_error()
     }
 }
 
@@ -50,5 +59,15 @@ mod tests {
             "remove /x/y: Permission denied (os error 13)"
         );
         assert_eq!(error.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(error.raw_os_error(), Some(nix::libc::EACCES));
+    }
+
+    #[test]
+    fn a_nix_errno_becomes_the_same_error_as_its_io_error() {
+        let from_errno = PathIoError::at("stat", Path::new("/x"))(nix::errno::Errno::ENOENT);
+        assert_eq!(
+            from_errno.to_string(),
+            "stat /x: No such file or directory (os error 2)"
+        );
     }
 }

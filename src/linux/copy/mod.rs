@@ -44,8 +44,8 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::unistd::{fsync, syncfs};
 
+use crate::path_io::PathIoError;
 pub use error::CopyError;
-use error::errno_at;
 use partial::Partial;
 pub use sys::read_names;
 pub use usage::{TreeUsage, tree_usage};
@@ -148,11 +148,11 @@ fn split(path: &Path) -> Option<(&Path, &OsStr)> {
 /// The destination's parent, open, and its new name; the name must be free.
 fn destination(dst: &Path) -> Result<(File, PathBuf, OsString), CopyError> {
     let (parent, name) = split(dst).ok_or_else(|| CopyError::BadDestination(dst.to_owned()))?;
-    let dir = File::open(parent).map_err(error::at("open", parent))?;
+    let dir = File::open(parent).map_err(PathIoError::at("open", parent))?;
     match sys::statx(dir.as_fd(), name) {
         Ok(_) => Err(CopyError::DestinationExists(dst.to_owned())),
         Err(Errno::ENOENT) => Ok((dir, parent.to_owned(), name.to_owned())),
-        Err(e) => Err(errno_at("stat", dst)(e)),
+        Err(e) => Err(PathIoError::at("stat", dst)(e).into()),
     }
 }
 
@@ -163,9 +163,9 @@ fn open_source_dir(src: &Path) -> Result<(File, sys::Stat), CopyError> {
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
             return Err(CopyError::SourceNotADirectory(src.to_owned()));
         }
-        Err(e) => return Err(errno_at("open", src)(e)),
+        Err(e) => return Err(PathIoError::at("open", src)(e).into()),
     };
-    let root = sys::statx(src_dir.as_fd(), OsStr::new("")).map_err(errno_at("stat", src))?;
+    let root = sys::statx(src_dir.as_fd(), OsStr::new("")).map_err(PathIoError::at("stat", src))?;
     Ok((src_dir, root))
 }
 
@@ -177,10 +177,10 @@ fn walk_into(
     dst_dir: &File,
     options: Options,
 ) -> Result<Report, CopyError> {
-    let clone = || dst_dir.try_clone().map_err(error::at("open", &dst));
+    let clone = || dst_dir.try_clone().map_err(PathIoError::at("open", &dst));
     let walker = tree::Walker::new(options, src, root, dst.clone(), clone()?)?;
     let report = walker.run(src_dir, clone()?)?;
-    syncfs(dst_dir.as_fd()).map_err(errno_at("sync", &dst))?;
+    syncfs(dst_dir.as_fd()).map_err(PathIoError::at("sync", &dst))?;
     Ok(report)
 }
 
@@ -208,9 +208,9 @@ pub fn copy_tree_into(src: &Path, dst: &Path, options: Options) -> Result<Report
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
             return Err(CopyError::BadDestination(dst.to_owned()));
         }
-        Err(e) => return Err(errno_at("open", dst)(e)),
+        Err(e) => return Err(PathIoError::at("open", dst)(e).into()),
     };
-    let names = sys::read_names(dst_dir.as_fd()).map_err(errno_at("read directory", dst))?;
+    let names = sys::read_names(dst_dir.as_fd()).map_err(PathIoError::at("read directory", dst))?;
     if !names.is_empty() {
         return Err(CopyError::DestinationNotEmpty(dst.to_owned()));
     }
@@ -222,23 +222,19 @@ pub fn copy_tree_into(src: &Path, dst: &Path, options: Options) -> Result<Report
 pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, CopyError> {
     let (src_parent, src_name) =
         split(src).ok_or_else(|| CopyError::SourceNotARegularFile(src.to_owned()))?;
-    let src_dir = File::open(src_parent).map_err(error::at("open", src_parent))?;
+    let src_dir = File::open(src_parent).map_err(PathIoError::at("open", src_parent))?;
     let (src_file, stat) = match sys::open_regular(src_dir.as_fd(), src_name) {
         Ok(Some(opened)) => opened,
         Ok(None) | Err(Errno::ELOOP) => {
             return Err(CopyError::SourceNotARegularFile(src.to_owned()));
         }
-        Err(e) => return Err(errno_at("open", src)(e)),
+        Err(e) => return Err(PathIoError::at("open", src)(e).into()),
     };
     let (parent, parent_path, name) = destination(dst)?;
     let (partial, dst_file) = Partial::file(&parent, &parent_path, &name)?;
     let copied = data::Engine::new(options.reflink)
         .copy(&src_file, &dst_file, stat.size)
-        .map_err(|f| CopyError::Io {
-            op: f.op,
-            path: src.to_owned(),
-            source: f.source,
-        })?;
+        .map_err(|f| f.on(src))?;
     let refused = meta::apply(
         &meta::Node::Open(&src_file),
         &meta::Node::Open(&dst_file),
@@ -246,7 +242,7 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
         src,
         &partial.path(),
     )?;
-    fsync(dst_file.as_fd()).map_err(errno_at("sync", &partial.path()))?;
+    fsync(dst_file.as_fd()).map_err(PathIoError::at("sync", &partial.path()))?;
     partial.commit(&name)?;
     Ok(Report {
         files: 1,
@@ -270,8 +266,8 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
 /// is making now; returns the names removed. Meant for start-up and for sweeps of directories
 /// copies are made into.
 pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
-    let parent = File::open(dir).map_err(error::at("open", dir))?;
-    let names = sys::read_names(parent.as_fd()).map_err(errno_at("read directory", dir))?;
+    let parent = File::open(dir).map_err(PathIoError::at("open", dir))?;
+    let names = sys::read_names(parent.as_fd()).map_err(PathIoError::at("read directory", dir))?;
     let mut removed = Vec::new();
     for name in names {
         if name
@@ -289,8 +285,8 @@ pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
 /// The temporary names in `dir` that interrupted copies left (not those of copies this
 /// process is making now), for a caller that removes them later.
 pub fn partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
-    let parent = File::open(dir).map_err(error::at("open", dir))?;
-    let names = sys::read_names(parent.as_fd()).map_err(errno_at("read directory", dir))?;
+    let parent = File::open(dir).map_err(PathIoError::at("open", dir))?;
+    let names = sys::read_names(parent.as_fd()).map_err(PathIoError::at("read directory", dir))?;
     Ok(names
         .into_iter()
         .filter(|name| {
@@ -305,6 +301,6 @@ pub fn partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
 /// another mount (`CopyError::MountPoint`). For deleting snapshots. A missing path is success.
 pub fn remove_tree(path: &Path) -> Result<(), CopyError> {
     let (parent, name) = split(path).ok_or_else(|| CopyError::BadDestination(path.to_owned()))?;
-    let dir = File::open(parent).map_err(error::at("open", parent))?;
+    let dir = File::open(parent).map_err(PathIoError::at("open", parent))?;
     partial::remove_entry(dir.as_fd(), name, path)
 }
