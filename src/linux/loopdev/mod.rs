@@ -39,11 +39,11 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
+use crate::path_io::PathIoError;
 pub use attach::{attach, find_or_attach};
 pub use backing::{create_backing_file, grow_backing_file};
 pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
 pub use error::LoopError;
-use error::{at, errno_at};
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
 pub use seam::{KernelLoops, LoopDevices};
 
@@ -66,7 +66,7 @@ pub struct Identity {
 impl Identity {
     /// The identity of the regular file at `file` (a symlink is not followed).
     pub fn of(file: &Path) -> Result<Self, LoopError> {
-        let meta = std::fs::symlink_metadata(file).map_err(at("stat", file))?;
+        let meta = std::fs::symlink_metadata(file).map_err(PathIoError::at("stat", file))?;
         if !meta.file_type().is_file() {
             return Err(LoopError::NotARegularFile(file.to_owned()));
         }
@@ -175,10 +175,9 @@ pub fn status(device: LoopDevice) -> Result<Option<Status>, LoopError> {
     match ioctl::get_status(file.as_fd()) {
         Ok(info) => Ok(Some(Status::from_info(device, &info))),
         Err(Errno::ENXIO) => Ok(None),
-        Err(e) => Err(errno_at(
-            "get status (LOOP_GET_STATUS64) of",
-            &device.path(),
-        )(e)),
+        Err(e) => {
+            Err(PathIoError::at("get status (LOOP_GET_STATUS64) of", &device.path())(e).into())
+        }
     }
 }
 

@@ -143,11 +143,8 @@ pub mod fake {
 
         fn refresh_capacity(&self, device: LoopDevice, file: &Path) -> Result<u64, LoopError> {
             self.record(format!("refresh {device}"));
-            let meta = std::fs::metadata(file).map_err(|source| LoopError::Io {
-                op: "stat",
-                path: file.to_owned(),
-                source,
-            })?;
+            let meta =
+                std::fs::metadata(file).map_err(crate::path_io::PathIoError::at("stat", file))?;
             Ok(meta.len())
         }
 
