@@ -29,7 +29,7 @@ pub mod seam;
 pub mod sys;
 pub mod tree;
 
-pub use error::{AttrOp, QuotaError, QuotaOp};
+pub use error::{QuotaError, QuotaOp};
 pub use fs::{Access, FsKind, QuotaFs, Support};
 pub use ids::{InUse, Order, PROJECT_IDS, ProjectIds, read_listed};
 pub use limits::{Limits, Usage};
