@@ -5,6 +5,8 @@
 //!
 //! - [`mount`] — bind mounts through `O_PATH` descriptors behind the [`Mounter`](mount::Mounter)
 //!   trait (the real Linux implementation and a recording fake for unit tests).
+//! - [`mount_options`] — the per-mount flags a bind mount can carry (`ro`, `nosuid`, …),
+//!   spelled once, and a request's [`MountOptions`](mount_options::MountOptions).
 //! - [`mountinfo`] — the kernel's mount table, parsed as the kernel writes it.
 //! - [`mountpoint`] — what is mounted at one path, by `statx`, in O(1) (the hot paths).
 //! - [`statmount`] — the mount a path lies in (device, root, mount point), by `statmount`, in
@@ -24,6 +26,7 @@ pub mod copy;
 pub mod ioprio;
 pub mod loopdev;
 pub mod mount;
+pub mod mount_options;
 pub mod mountinfo;
 pub mod mountpoint;
 pub mod privilege;
