@@ -15,6 +15,7 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`inotify`] — an inotify instance for tokio: its events awaited, not polled for.
 //! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work
 //!   (the escape walk, removing what interrupted operations left).
 //! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
@@ -23,6 +24,7 @@
 //!   made or removed through a parent opened without following any.
 
 pub mod copy;
+pub mod inotify;
 pub mod ioprio;
 pub mod loopdev;
 pub mod mount;
