@@ -1,6 +1,7 @@
 //! Logging set-up shared by every mode: klog's flags (`--v`, `--vmodule`, `--logging-format`,
 //! `--skip_headers`, `--add_dir_header`) on top of env_logger; the lines themselves, klog text
-//! or component-base JSON, are written by [`lines`].
+//! or component-base JSON, are written by [`lines`]. The values of the klog flags that are
+//! accepted and ignored are checked in `klog_values`.
 //!
 //! Verbosity maps onto `log` levels so that code uses the ordinary macros:
 //! `--v` 0–1 → info (quiet: start-up, state changes, warnings, errors), 2–4 → debug (steady-state
@@ -8,7 +9,10 @@
 //! `--vmodule` gives single files or modules their own verbosity. `RUST_LOG`, when set,
 //! replaces all of this.
 
+mod klog_values;
 mod lines;
+
+pub use klog_values::{BufferSize, KlogValueError, Severity, TraceLocation};
 
 use std::sync::Mutex;
 
