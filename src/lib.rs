@@ -65,6 +65,7 @@ pub mod lock_file;
 pub mod logging;
 pub mod metrics;
 pub mod mutex;
+pub mod node_name;
 pub mod node_server;
 pub mod path_io;
 pub mod paths;

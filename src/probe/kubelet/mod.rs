@@ -77,13 +77,9 @@ pub struct Config {
 
 /// `--node-name`, else `$NODE_NAME`, else the host name lower-cased as the kubelet does.
 pub(crate) fn node_name(given: Option<String>) -> Result<String, BoxError> {
-    let given = given.or_else(|| std::env::var("NODE_NAME").ok());
-    if let Some(name) = given.filter(|name| !name.is_empty()) {
-        return Ok(name);
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let name = crate::node_name::resolve(given)
         .map_err(|e| format!("cannot read the host name for the node name: {e}"))?;
-    Ok(host.trim().to_lowercase())
+    Ok(name.as_kubelet_names_it())
 }
 
 /// The registry could not be prepared, walked or watched.
