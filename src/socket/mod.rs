@@ -272,8 +272,8 @@ fn owned() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Identity)>> {
 }
 
 /// Removes the socket file when dropped, but only if the path still holds the very socket we
-/// created (same device, inode and change time): a successor that re-created the path keeps
-/// its socket.
+/// created (same device, inode and modification time, see [`Identity`]): a successor that
+/// re-created the path keeps its socket.
 #[derive(Debug)]
 pub struct SocketGuard {
     path: PathBuf,
