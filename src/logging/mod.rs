@@ -248,15 +248,12 @@ static DEFERRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// said about the flags waits until they were all found good, so a bad one stays the only
 /// line, and an exec probe that exits at once stays silent.
 pub fn defer(line: String) {
-    DEFERRED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(line);
+    crate::mutex::lock(&DEFERRED).push(line);
 }
 
 /// Logs the deferred lines (at info); called where every mode starts its runtime.
 pub fn log_deferred() {
-    let lines = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|p| p.into_inner()));
+    let lines = std::mem::take(&mut *crate::mutex::lock(&DEFERRED));
     for line in lines {
         log::info!("{line}");
     }

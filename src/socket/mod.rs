@@ -266,9 +266,7 @@ pub fn identity_of(path: &Path) -> Option<Identity> {
 static OWNED: Mutex<Vec<(PathBuf, Identity)>> = Mutex::new(Vec::new());
 
 fn owned() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Identity)>> {
-    OWNED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::mutex::lock(&OWNED)
 }
 
 /// Removes the socket file when dropped, but only if the path still holds the very socket we

@@ -34,10 +34,7 @@ static ACTIVE: Mutex<BTreeSet<OsString>> = Mutex::new(BTreeSet::new());
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn active() -> std::sync::MutexGuard<'static, BTreeSet<OsString>> {
-    // A panic while holding the lock leaves the set itself intact.
-    ACTIVE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::mutex::lock(&ACTIVE)
 }
 
 pub fn is_active(name: &OsStr) -> bool {

@@ -142,7 +142,7 @@ impl Shared {
 
     /// Never held across an await; a panic elsewhere leaves the state usable.
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::mutex::lock(&self.state)
     }
 
     pub fn view(&self) -> NodeView {
