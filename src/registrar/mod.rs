@@ -2,8 +2,10 @@
 //! kubelet's plugin-registration API on `<driver>-reg.sock`, and keeps the driver registered
 //! through late starts, restarts, deleted sockets and rejected registrations.
 
+mod ask_driver;
 mod health;
 mod service;
+mod stand_by;
 mod supervise;
 
 use std::path::PathBuf;
