@@ -5,7 +5,8 @@
 //! upstream registrar exits on `false`), and never creates, removes or changes a file (but the
 //! `--flow` picture it is asked to write).
 //!
-//! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations).
+//! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations);
+//!   [`kubelet_process`] — the kubelets `/proc` shows and the root each runs with.
 //! - [`scan`] — `plugins_registry` and `plugins/` listed without touching them.
 //! - [`chain`] — one registration socket: GetInfo, versions, endpoint; [`driver_facts`] — the driver.
 //! - [`node`] — checks across plugins: duplicates, leftovers, unannounced driver sockets.
@@ -21,6 +22,7 @@ pub mod chain;
 mod driver_facts;
 pub mod finding;
 mod flow;
+pub mod kubelet_process;
 mod node;
 pub mod report;
 pub mod root;
@@ -138,7 +140,7 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     let scan_limit = settings.timeout * 2;
     let (proc_root, probe_host) = (settings.proc_root.clone(), host.clone());
     let kubelets = blocking(scan_limit, move || {
-        root::find_kubelets(&proc_root, &probe_host)
+        kubelet_process::find_kubelets(&proc_root, &probe_host)
     })
     .await
     .unwrap_or_default();
@@ -259,8 +261,11 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
 /// that root (each dials the sockets its registry announces), or every kubelet when none
 /// does (the root came from `--kubelet-root` or a known location, and any could be the one);
 /// those running as root pass every check and are left out.
-fn kubelet_users(kubelets: &[root::KubeletProcess], root: &Path) -> Vec<access::KubeletUser> {
-    let with_root: Vec<&root::KubeletProcess> =
+fn kubelet_users(
+    kubelets: &[kubelet_process::KubeletProcess],
+    root: &Path,
+) -> Vec<access::KubeletUser> {
+    let with_root: Vec<&kubelet_process::KubeletProcess> =
         kubelets.iter().filter(|k| k.root == root).collect();
     let relevant = match with_root.is_empty() {
         true => kubelets.iter().collect(),
