@@ -16,8 +16,8 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{Gid, Uid, fchown, fchownat};
 use xattr::FileExt;
 
-use super::error::CopyError;
-use super::sys::{Stat, proc_path};
+use super::copy_error::CopyError;
+use super::dir_entries::{Stat, proc_path};
 use crate::path_io::PathIoError;
 
 /// An inode to read attributes from or write them to: an open file or directory, or a name in

@@ -21,8 +21,8 @@ use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, fsync, unlinkat};
 
 use super::MAX_DEPTH;
-use super::error::CopyError;
-use super::sys::{open_dir, read_names, statx};
+use super::copy_error::CopyError;
+use super::dir_entries::{open_dir, read_names, statx};
 use crate::path_io::PathIoError;
 
 /// What every temporary name starts with.

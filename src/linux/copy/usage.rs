@@ -12,8 +12,8 @@ use std::path::Path;
 
 use nix::errno::Errno;
 
-use super::error::CopyError;
-use super::sys::{Stat, open_dir, read_names, statx};
+use super::copy_error::CopyError;
+use super::dir_entries::{Stat, open_dir, read_names, statx};
 use super::{MAX_DEPTH, open_source_dir};
 use crate::path_io::PathIoError;
 

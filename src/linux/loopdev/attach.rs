@@ -10,8 +10,8 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
-use super::error::LoopError;
 use super::ioctl::{self, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_READ_ONLY};
+use super::loop_error::LoopError;
 use super::{ATTACH_ATTEMPTS, AttachOptions, Identity, LoopDevice, Status, TAG, device_node, find};
 use crate::path_io::PathIoError;
 

@@ -11,7 +11,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, OFlag};
 use nix::unistd::linkat;
 
-use super::error::LoopError;
+use super::loop_error::LoopError;
 use crate::path_io::PathIoError;
 
 /// Loop devices count in 512-byte sectors; a tail shorter than that would be invisible.

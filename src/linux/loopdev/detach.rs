@@ -7,8 +7,8 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
-use super::error::LoopError;
 use super::ioctl::{self, LO_FLAGS_AUTOCLEAR};
+use super::loop_error::LoopError;
 use super::{BUSY_RETRIES, BUSY_WAIT, Identity, LoopDevice, Status, device_node};
 use crate::path_io::PathIoError;
 

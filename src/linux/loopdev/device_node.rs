@@ -11,7 +11,7 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, SFlag, mknod};
 
-use super::error::LoopError;
+use super::loop_error::LoopError;
 use crate::path_io::PathIoError;
 
 pub const CONTROL: &str = "/dev/loop-control";

@@ -17,8 +17,8 @@
 //! fails while it is mounted or held by another driver), and if the device is still bound after
 //! `LOOP_CLR_FD` (another opener), it clears autoclear again and reports [`LoopError::Busy`].
 //!
-//! [`LoopDevices`] (in `seam`) puts the calls node-server makes behind a trait, with a
-//! recording fake for unit tests.
+//! [`LoopDevices`] (in `loop_devices`) puts the calls node-server makes behind a trait, with
+//! a recording fake for unit tests. [`LoopError`] is in `loop_error`.
 //!
 //! Callers serialise calls per file (node-server's per-volume lock): two concurrent
 //! [`find_or_attach`] of one file could each attach a device.
@@ -27,9 +27,9 @@ mod attach;
 mod backing;
 mod detach;
 mod device_node;
-pub mod error;
 mod ioctl;
-pub mod seam;
+pub mod loop_devices;
+mod loop_error;
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -43,9 +43,12 @@ use crate::path_io::PathIoError;
 pub use attach::{attach, find_or_attach};
 pub use backing::{create_backing_file, grow_backing_file};
 pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
-pub use error::LoopError;
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
-pub use seam::{KernelLoops, LoopDevices};
+/// The trait and its fake by their old name, kept while node-server's tests still call it
+/// `seam`.
+pub use loop_devices as seam;
+pub use loop_devices::{KernelLoops, LoopDevices};
+pub use loop_error::LoopError;
 
 /// What `lo_file_name` of every device this driver attaches starts with.
 pub const TAG: &str = "csi-nodekit:";

@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::error::{QuotaError, QuotaOp};
+use super::quota_error::{QuotaError, QuotaOp};
 use super::sys;
 use crate::path_io::PathIoError;
 

@@ -24,8 +24,8 @@ use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
 use std::path::Path;
 
-use super::error::QuotaError;
 use super::fs::QuotaFs;
+use super::quota_error::QuotaError;
 use crate::path_io::PathIoError;
 
 /// The IDs csi-nodekit gives volumes (see the module documentation for why these).

@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use super::error::{QuotaError, QuotaOp};
 use super::fs::{FsKind, QuotaFs};
 use super::project;
+use super::quota_error::{QuotaError, QuotaOp};
 use super::sys;
 use crate::path_io::PathIoError;
 

@@ -13,15 +13,14 @@
 //!   name, stays a path to it while node-server and the tests name it).
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
-//! - [`seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake for unit
-//!   tests).
-//! - [`error`] — [`QuotaError`].
+//! - [`project_quotas`] — [`ProjectQuotas`], the trait the volume logic calls (a recording
+//!   fake for unit tests).
+//! - `quota_error` — [`QuotaError`].
 //!
 //! Kernels: Linux 5.14+ is served through quotactl_fd on the state directory; older kernels
 //! (from 4.6, the first with ext4 project quotas and their iteration) through the block
 //! device node the mount table names, which must then exist in the container's `/dev`.
 
-pub mod error;
 pub mod escape;
 pub mod escape_walk;
 pub mod fs;
@@ -29,16 +28,20 @@ pub mod ids;
 pub mod limits;
 pub mod mode;
 pub mod project;
-pub mod seam;
+pub mod project_quotas;
+mod quota_error;
 pub mod sys;
 
-pub use error::{QuotaError, QuotaOp};
 pub use fs::{Access, FsKind, QuotaFs, Support};
 pub use ids::{InUse, Order, PROJECT_IDS, ProjectIds, read_listed};
 pub use limits::{Limits, Usage};
 pub use mode::{Decision, Mode, decide};
 pub use project::{ProjectAttr, clear_project, project_of, set_project};
-pub use seam::ProjectQuotas;
+/// The trait and its fake by their old name, kept while node-server's tests still call it
+/// `seam`.
+pub use project_quotas as seam;
+pub use project_quotas::ProjectQuotas;
+pub use quota_error::{QuotaError, QuotaOp};
 
 /// The escape walk by its old name, kept while node-server, the quota VM tests and the walk
 /// benchmark still call it `tree`.

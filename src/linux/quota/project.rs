@@ -6,8 +6,8 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use super::error::QuotaError;
 use super::fs::open_dir;
+use super::quota_error::QuotaError;
 use super::sys;
 use crate::path_io::PathIoError;
 

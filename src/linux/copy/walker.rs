@@ -15,10 +15,10 @@ use nix::libc;
 use nix::sys::stat::{Mode, SFlag, mkdirat, mknodat};
 use nix::unistd::{linkat, symlinkat};
 
+use super::copy_error::CopyError;
 use super::data::Engine;
-use super::error::CopyError;
+use super::dir_entries::{Stat, open_dir, open_regular, read_names, statx};
 use super::meta::{self, Node};
-use super::sys::{Stat, open_dir, open_regular, read_names, statx};
 use super::{MAX_DEPTH, Options, Report, SkipReason, Skipped};
 use crate::path_io::PathIoError;
 

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::error::LoopError;
+use super::loop_error::LoopError;
 use super::{AttachOptions, Found, LoopDevice, Status};
 
 /// The loop devices of one node.
