@@ -18,11 +18,11 @@ use crate::path_io::PathIoError;
 mod authority;
 pub mod claim;
 mod dial;
-mod watch;
+mod handover_wait;
 pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, frame, grpc_incoming};
 pub use claim::Claim;
 pub use dial::{DialError, connect, dial};
-pub use watch::DirWatch;
+pub use handover_wait::DirWatch;
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.
 pub const MAX_PATH_BYTES: usize = 107;

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::time::timeout;
 use tonic::transport::Channel;
 
-use super::report::{Failure, Registration};
+use super::csi_versions::{validate_plugin, validate_versions};
+use super::output::{Failure, Registration};
 use super::state::{Registered, Shared};
-use super::validate::{validate_plugin, validate_versions};
 use crate::flow::{Arrow, Outcome, Party, Stamp};
 use crate::gocompat;
 use crate::proto::csi::node_client::NodeClient;

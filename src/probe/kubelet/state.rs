@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::backoff::Backoff;
+use super::csi_versions::Version;
 use super::csinode::NodeState;
-use super::report::NodeView;
-use super::validate::Version;
+use super::output::NodeView;
+use super::per_socket_backoff::Backoff;
 use crate::flow::{Outcome, Party, Recorder, Stamp};
 
 /// A plugin that passed validation; upstream records it before calling the CSI handler, so a
