@@ -58,11 +58,11 @@ pub mod csi_spec;
 pub mod demo;
 pub mod flow;
 pub mod gocompat;
-pub mod heap;
 pub mod http;
 pub mod linux;
 pub mod lock_file;
 pub mod logging;
+pub mod malloc_trim;
 pub mod metrics;
 pub mod mutex;
 pub mod node_name;
@@ -78,6 +78,10 @@ pub mod rlimit;
 pub mod runtime;
 pub mod shutdown;
 pub mod socket;
+
+/// [`malloc_trim`] by its old name, kept while node-server's heap-trim task still calls it
+/// `heap`.
+pub use malloc_trim as heap;
 
 /// The error type mode entry points return; `main` prints it and exits 1.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -151,7 +151,7 @@ impl Drop for OpenGuard {
         let bursty = open.since_trim.load(Ordering::SeqCst) >= open.trim_after;
         if open.now.fetch_sub(1, Ordering::SeqCst) == 1 && bursty {
             open.since_trim.store(0, Ordering::SeqCst);
-            crate::heap::give_back_freed_memory();
+            crate::malloc_trim::give_back_freed_memory();
         }
     }
 }
