@@ -4,7 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -12,7 +12,9 @@ use nix::fcntl::OFlag;
 
 use super::ioctl::{self, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_READ_ONLY};
 use super::loop_error::LoopError;
-use super::{ATTACH_ATTEMPTS, AttachOptions, Identity, LoopDevice, Status, TAG, device_node, find};
+use super::{
+    ATTACH_ATTEMPTS, AttachOptions, Identity, LoopDevice, Status, TAG, backing, device_node, find,
+};
 use crate::path_io::PathIoError;
 
 /// `lo_file_name` for a device of ours: the tag, then as much of the path's end as fits.
@@ -28,16 +30,9 @@ fn label(file: &Path) -> [u8; ioctl::NAME_SIZE] {
 
 /// Attaches `file` to a free loop device, always a new one (see [`find_or_attach`]).
 pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> {
-    let backing = OpenOptions::new()
-        .read(true)
-        .write(!options.read_only)
-        .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits())
-        .open(file)
-        .map_err(PathIoError::at("open", file))?;
-    let meta = backing.metadata().map_err(PathIoError::at("stat", file))?;
-    if !meta.file_type().is_file() {
-        return Err(LoopError::NotARegularFile(file.to_owned()));
-    }
+    let writable = !options.read_only;
+    let (backing, meta) =
+        backing::open_backing_file(file, OpenOptions::new().read(true).write(writable))?;
     let identity = Identity {
         dev: meta.dev(),
         ino: meta.ino(),

@@ -93,12 +93,13 @@ fn existing_size(path: &Path) -> Result<Option<u64>, LoopError> {
     }
 }
 
-/// Grows the file at `path` to `size` bytes (the new part is a hole) and makes that durable;
-/// returns the size before. The same size is a no-op; a smaller one is refused.
-pub fn grow_backing_file(path: &Path, size: u64) -> Result<u64, LoopError> {
-    check_size(path, size)?;
-    let file = OpenOptions::new()
-        .write(true)
+/// Opens the volume's file at `path` as `options` say, never through a symlink, and reads its
+/// metadata: anything but a regular file is refused.
+pub(super) fn open_backing_file(
+    path: &Path,
+    options: &mut OpenOptions,
+) -> Result<(File, std::fs::Metadata), LoopError> {
+    let file = options
         .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits())
         .open(path)
         .map_err(PathIoError::at("open", path))?;
@@ -106,6 +107,14 @@ pub fn grow_backing_file(path: &Path, size: u64) -> Result<u64, LoopError> {
     if !meta.file_type().is_file() {
         return Err(LoopError::NotARegularFile(path.to_owned()));
     }
+    Ok((file, meta))
+}
+
+/// Grows the file at `path` to `size` bytes (the new part is a hole) and makes that durable;
+/// returns the size before. The same size is a no-op; a smaller one is refused.
+pub fn grow_backing_file(path: &Path, size: u64) -> Result<u64, LoopError> {
+    check_size(path, size)?;
+    let (file, meta) = open_backing_file(path, OpenOptions::new().write(true))?;
     let before = meta.size();
     if size < before {
         return Err(LoopError::Shrink {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
-use nix::sys::stat::{Mode, fstat, fstatat};
+use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
 use super::escape::Tally;
 
@@ -42,6 +42,12 @@ pub struct Walk {
 /// Checks only `root` itself, and sets it back into project `want` (with PROJINHERIT) if it
 /// escaped: one open and one ioctl, cheap enough for every stats call.
 pub fn check_root(root: &Path, want: u32) -> io::Result<Tally> {
+    visit_root(root, want).map(|(_, _, tally)| tally)
+}
+
+/// `root` opened (never through a symlink), and itself checked against project `want` and set
+/// back: the first inode of a walk, and all of a root check.
+fn visit_root(root: &Path, want: u32) -> io::Result<(OwnedFd, FileStat, Tally)> {
     let dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
     let stat = fstat(dir.as_fd())?;
     let mut tally = Tally {
@@ -49,7 +55,7 @@ pub fn check_root(root: &Path, want: u32) -> io::Result<Tally> {
         ..Tally::default()
     };
     tally.visit(dir.as_fd(), &stat, true, want);
-    Ok(tally)
+    Ok((dir, stat, tally))
 }
 
 /// One directory level of the walk: the directory, held open, and the names still to visit.
@@ -69,13 +75,7 @@ pub fn walk(
 ) -> io::Result<Walk> {
     let started = Instant::now();
     let cpu_started = thread_cpu();
-    let root_dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
-    let root_stat = fstat(root_dir.as_fd())?;
-    let mut tally = Tally {
-        inodes: 1,
-        ..Tally::default()
-    };
-    tally.visit(root_dir.as_fd(), &root_stat, true, want);
+    let (root_dir, root_stat, mut tally) = visit_root(root, want)?;
     let mut stopped = tick(tally.inodes).is_break();
     let mut stack = vec![Level {
         names: names_or_note(root_dir.as_fd(), &mut tally),
