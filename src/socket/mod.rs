@@ -1,7 +1,8 @@
 //! The one socket layer every mode uses: address parsing, binding with stale-socket cleanup and
 //! permissions, a guard that removes only our own socket, a claim that lets one of several
-//! would-be servers of a path bind it (`claim`), dialling with back-off, and gRPC serving that
-//! accepts any `:authority` (`authority`).
+//! would-be servers of a path bind it (`claim`), the wait for a path to change hands
+//! (`handover_wait`), dialling with back-off (`dial`), and gRPC serving that accepts any
+//! `:authority` (`authority`).
 //!
 //! Binding is careful because the paths are shared with other processes (the kubelet, a
 //! previous instance of ourselves, an operator's files): a live socket is never stolen, a file
