@@ -13,8 +13,8 @@
 //!   name, stays a path to it while node-server and the tests name it).
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
-//! - [`project_quotas`] — [`ProjectQuotas`], the trait the volume logic calls (a recording
-//!   fake for unit tests).
+//! - [`quota_seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake
+//!   for unit tests).
 //! - `quota_error` — [`QuotaError`].
 //!
 //! Kernels: Linux 5.14+ is served through quotactl_fd on the state directory; older kernels
@@ -28,8 +28,8 @@ pub mod ids;
 pub mod limits;
 pub mod mode;
 pub mod project;
-pub mod project_quotas;
 mod quota_error;
+pub mod quota_seam;
 pub mod sys;
 
 pub use fs::{Access, FsKind, QuotaFs, Support};
@@ -37,11 +37,11 @@ pub use ids::{InUse, Order, PROJECT_IDS, ProjectIds, read_listed};
 pub use limits::{Limits, Usage};
 pub use mode::{Decision, Mode, decide};
 pub use project::{ProjectAttr, clear_project, project_of, set_project};
+pub use quota_error::{QuotaError, QuotaOp};
 /// The trait and its fake by their old name, kept while node-server's tests still call it
 /// `seam`.
-pub use project_quotas as seam;
-pub use project_quotas::ProjectQuotas;
-pub use quota_error::{QuotaError, QuotaOp};
+pub use quota_seam as seam;
+pub use quota_seam::ProjectQuotas;
 
 /// The escape walk by its old name, kept while node-server, the quota VM tests and the walk
 /// benchmark still call it `tree`.
