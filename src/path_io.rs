@@ -25,13 +25,17 @@ impl PathIoError {
         }
     }
 
-    /// `map_err(PathIoError::at("remove", path))`: the error of `op` on `path`, from an
-    /// `io::Error` or a `nix` errno alike.
-    pub fn at<'a, E: Into<io::Error>>(
+    /// `map_err(PathIoError::at("remove", path))`: the error of `op` on `path`.
+    pub fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Self + 'a {
+        move |source| Self::new(op, path, source)
+    }
+
+    /// [`PathIoError::at`] for a `nix` result.
+    pub fn errno_at<'a>(
         op: &'static str,
         path: &'a Path,
-    ) -> impl FnOnce(E) -> Self + 'a {
-        move |source| Self::new(op, path, source.into())
+    ) -> impl FnOnce(nix::errno::Errno) -> Self + 'a {
+        move |errno| Self::new(op, path, errno.into())
     }
 
     /// The kind of the underlying I/O error.
@@ -64,7 +68,7 @@ mod tests {
 
     #[test]
     fn a_nix_errno_becomes_the_same_error_as_its_io_error() {
-        let from_errno = PathIoError::at("stat", Path::new("/x"))(nix::errno::Errno::ENOENT);
+        let from_errno = PathIoError::errno_at("stat", Path::new("/x"))(nix::errno::Errno::ENOENT);
         assert_eq!(
             from_errno.to_string(),
             "stat /x: No such file or directory (os error 2)"

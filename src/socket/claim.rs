@@ -95,7 +95,7 @@ impl Claim {
                         holder: lock_file::holder(&mut file),
                     }));
                 }
-                Err((_, errno)) => return Err(PathIoError::at("lock", &path)(errno).into()),
+                Err((_, errno)) => return Err(PathIoError::errno_at("lock", &path)(errno).into()),
             };
             // The previous holder removed the file before letting go: it is no lock any
             // more, the file now at the path (if any) is.

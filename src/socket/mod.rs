@@ -124,7 +124,7 @@ fn has_listener(path: &Path) -> Result<bool, SocketError> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
     use std::os::fd::AsRawFd;
     let probe_error =
-        |e: Errno| SocketError::from(PathIoError::at("probe existing socket", path)(e));
+        |e: Errno| SocketError::from(PathIoError::errno_at("probe existing socket", path)(e));
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).map_err(probe_error)?;
     let address = UnixAddr::new(path).map_err(probe_error)?;
@@ -156,7 +156,9 @@ fn move_into_place(staged: &Path, path: &Path) -> Result<(), SocketError> {
         ) {
             Ok(()) => return Ok(()),
             Err(nix::errno::Errno::EEXIST) => clear_path(path)?,
-            Err(e) => return Err(PathIoError::at("move socket into place at", path)(e).into()),
+            Err(e) => {
+                return Err(PathIoError::errno_at("move socket into place at", path)(e).into());
+            }
         }
     }
     Err(SocketError::InUse(path.to_owned()))

@@ -123,23 +123,23 @@ pub fn apply(
             fchownat(*dir, *name, owner.0, owner.1, AtFlags::AT_SYMLINK_NOFOLLOW)
         }
     }
-    .map_err(PathIoError::at("chown", dst_shown))?;
+    .map_err(PathIoError::errno_at("chown", dst_shown))?;
     let refused = copy_xattrs(src, dst, shown)?;
     match dst {
         Node::Open(file) => {
-            fchmod(file.as_fd(), mode).map_err(PathIoError::at("chmod", dst_shown))?;
+            fchmod(file.as_fd(), mode).map_err(PathIoError::errno_at("chmod", dst_shown))?;
             futimens(file.as_fd(), &atime, &mtime)
-                .map_err(PathIoError::at("set times of", dst_shown))?;
+                .map_err(PathIoError::errno_at("set times of", dst_shown))?;
         }
         Node::Entry { dir, name } => {
             // Symlinks have no mode of their own on Linux. Anything else here is a node we
             // just made in our private tree, so following the (non-)link is safe.
             if !symlink {
                 fchmodat(*dir, *name, mode, FchmodatFlags::FollowSymlink)
-                    .map_err(PathIoError::at("chmod", dst_shown))?;
+                    .map_err(PathIoError::errno_at("chmod", dst_shown))?;
             }
             utimensat(*dir, *name, &atime, &mtime, UtimensatFlags::NoFollowSymlink)
-                .map_err(PathIoError::at("set times of", dst_shown))?;
+                .map_err(PathIoError::errno_at("set times of", dst_shown))?;
         }
     }
     Ok(refused)

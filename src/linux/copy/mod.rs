@@ -157,7 +157,7 @@ fn destination(dst: &Path) -> Result<(File, PathBuf, OsString), CopyError> {
     match dir_entries::statx(dir.as_fd(), name) {
         Ok(_) => Err(CopyError::DestinationExists(dst.to_owned())),
         Err(Errno::ENOENT) => Ok((dir, parent.to_owned(), name.to_owned())),
-        Err(e) => Err(PathIoError::at("stat", dst)(e).into()),
+        Err(e) => Err(PathIoError::errno_at("stat", dst)(e).into()),
     }
 }
 
@@ -168,10 +168,10 @@ fn open_source_dir(src: &Path) -> Result<(File, dir_entries::Stat), CopyError> {
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
             return Err(CopyError::SourceNotADirectory(src.to_owned()));
         }
-        Err(e) => return Err(PathIoError::at("open", src)(e).into()),
+        Err(e) => return Err(PathIoError::errno_at("open", src)(e).into()),
     };
     let root = dir_entries::statx(src_dir.as_fd(), OsStr::new(""))
-        .map_err(PathIoError::at("stat", src))?;
+        .map_err(PathIoError::errno_at("stat", src))?;
     Ok((src_dir, root))
 }
 
@@ -186,7 +186,7 @@ fn walk_into(
     let clone = || dst_dir.try_clone().map_err(PathIoError::at("open", &dst));
     let walker = walker::Walker::new(options, src, root, dst.clone(), clone()?)?;
     let report = walker.run(src_dir, clone()?)?;
-    syncfs(dst_dir.as_fd()).map_err(PathIoError::at("sync", &dst))?;
+    syncfs(dst_dir.as_fd()).map_err(PathIoError::errno_at("sync", &dst))?;
     Ok(report)
 }
 
@@ -214,10 +214,10 @@ pub fn copy_tree_into(src: &Path, dst: &Path, options: Options) -> Result<Report
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
             return Err(CopyError::BadDestination(dst.to_owned()));
         }
-        Err(e) => return Err(PathIoError::at("open", dst)(e).into()),
+        Err(e) => return Err(PathIoError::errno_at("open", dst)(e).into()),
     };
-    let names =
-        dir_entries::read_names(dst_dir.as_fd()).map_err(PathIoError::at("read directory", dst))?;
+    let names = dir_entries::read_names(dst_dir.as_fd())
+        .map_err(PathIoError::errno_at("read directory", dst))?;
     if !names.is_empty() {
         return Err(CopyError::DestinationNotEmpty(dst.to_owned()));
     }
@@ -235,7 +235,7 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
         Ok(None) | Err(Errno::ELOOP) => {
             return Err(CopyError::SourceNotARegularFile(src.to_owned()));
         }
-        Err(e) => return Err(PathIoError::at("open", src)(e).into()),
+        Err(e) => return Err(PathIoError::errno_at("open", src)(e).into()),
     };
     let (parent, parent_path, name) = destination(dst)?;
     let (partial, dst_file) = Partial::file(&parent, &parent_path, &name)?;
@@ -249,7 +249,7 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
         src,
         &partial.path(),
     )?;
-    fsync(dst_file.as_fd()).map_err(PathIoError::at("sync", &partial.path()))?;
+    fsync(dst_file.as_fd()).map_err(PathIoError::errno_at("sync", &partial.path()))?;
     partial.commit(&name)?;
     Ok(Report {
         files: 1,
@@ -274,8 +274,8 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
 /// copies are made into.
 pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
     let parent = File::open(dir).map_err(PathIoError::at("open", dir))?;
-    let names =
-        dir_entries::read_names(parent.as_fd()).map_err(PathIoError::at("read directory", dir))?;
+    let names = dir_entries::read_names(parent.as_fd())
+        .map_err(PathIoError::errno_at("read directory", dir))?;
     let mut removed = Vec::new();
     for name in names {
         if name
@@ -294,8 +294,8 @@ pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
 /// process is making now), for a caller that removes them later.
 pub fn partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
     let parent = File::open(dir).map_err(PathIoError::at("open", dir))?;
-    let names =
-        dir_entries::read_names(parent.as_fd()).map_err(PathIoError::at("read directory", dir))?;
+    let names = dir_entries::read_names(parent.as_fd())
+        .map_err(PathIoError::errno_at("read directory", dir))?;
     Ok(names
         .into_iter()
         .filter(|name| {

@@ -62,14 +62,14 @@ impl Walk {
         let names = match read_names(dir) {
             Ok(names) => names,
             Err(Errno::ENOENT) => return Ok(()),
-            Err(e) => return Err(PathIoError::at("read directory", path)(e).into()),
+            Err(e) => return Err(PathIoError::errno_at("read directory", path)(e).into()),
         };
         for name in names {
             let child = path.join(&name);
             let stat = match statx(dir, &name) {
                 Ok(stat) => stat,
                 Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(PathIoError::at("stat", &child)(e).into()),
+                Err(e) => return Err(PathIoError::errno_at("stat", &child)(e).into()),
             };
             // A mount point is not copied, and what is under it is not ours to count.
             if !stat.same_mount(&self.root) {
@@ -103,7 +103,7 @@ impl Walk {
             Ok(fd) => self.dir(fd.as_fd(), path, depth + 1),
             // Gone, or swapped for something else under the name: nothing to count there.
             Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => Ok(()),
-            Err(e) => Err(PathIoError::at("open", path)(e).into()),
+            Err(e) => Err(PathIoError::errno_at("open", path)(e).into()),
         }
     }
 }

@@ -66,7 +66,7 @@ impl<'a> Walker<'a> {
         dst_root_fd: File,
     ) -> Result<Self, CopyError> {
         let dst_root_inode = statx(dst_root_fd.as_fd(), OsStr::new(""))
-            .map_err(PathIoError::at("stat", &dst_root))?
+            .map_err(PathIoError::errno_at("stat", &dst_root))?
             .inode();
         Ok(Self {
             data: Engine::new(options.reflink),
@@ -82,8 +82,8 @@ impl<'a> Walker<'a> {
 
     /// Copies the tree under `src` into the empty directory `dst` and returns the report.
     pub fn run(mut self, src: File, dst: File) -> Result<Report, CopyError> {
-        let names =
-            read_names(src.as_fd()).map_err(PathIoError::at("read directory", self.src_root))?;
+        let names = read_names(src.as_fd())
+            .map_err(PathIoError::errno_at("read directory", self.src_root))?;
         let mut stack = vec![Frame {
             src,
             dst,
@@ -113,7 +113,9 @@ impl<'a> Walker<'a> {
                     self.report.vanished += 1;
                     return Ok(None);
                 }
-                Err(e) => return Err(PathIoError::at("stat", &self.src_root.join(&rel))(e).into()),
+                Err(e) => {
+                    return Err(PathIoError::errno_at("stat", &self.src_root.join(&rel))(e).into());
+                }
             };
             if !stat.same_mount(&self.root) {
                 self.skip(rel, SkipReason::MountPoint);
@@ -163,10 +165,10 @@ impl<'a> Walker<'a> {
         let src = match open_dir(parent.src.as_fd(), name) {
             Ok(fd) => File::from(fd),
             Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(Step::Again),
-            Err(e) => return Err(PathIoError::at("open", &src_path)(e).into()),
+            Err(e) => return Err(PathIoError::errno_at("open", &src_path)(e).into()),
         };
         let stat =
-            statx(src.as_fd(), OsStr::new("")).map_err(PathIoError::at("stat", &src_path))?;
+            statx(src.as_fd(), OsStr::new("")).map_err(PathIoError::errno_at("stat", &src_path))?;
         if !stat.same_mount(&self.root) {
             return Ok(Step::Again);
         }
@@ -174,12 +176,12 @@ impl<'a> Walker<'a> {
             return Ok(Step::Done);
         }
         let names =
-            read_names(src.as_fd()).map_err(PathIoError::at("read directory", &src_path))?;
+            read_names(src.as_fd()).map_err(PathIoError::errno_at("read directory", &src_path))?;
         let dst_path = self.dst_path(rel);
         mkdirat(parent.dst.as_fd(), name, Mode::S_IRWXU)
-            .map_err(PathIoError::at("create", &dst_path))?;
+            .map_err(PathIoError::errno_at("create", &dst_path))?;
         let dst = File::from(
-            open_dir(parent.dst.as_fd(), name).map_err(PathIoError::at("open", &dst_path))?,
+            open_dir(parent.dst.as_fd(), name).map_err(PathIoError::errno_at("open", &dst_path))?,
         );
         Ok(Step::Descend(Frame {
             src,
@@ -215,7 +217,7 @@ impl<'a> Walker<'a> {
         let (src, stat) = match open_regular(parent.src.as_fd(), name) {
             Ok(Some(opened)) => opened,
             Ok(None) | Err(Errno::ENOENT | Errno::ELOOP) => return Ok(Step::Again),
-            Err(e) => return Err(PathIoError::at("open", &src_path)(e).into()),
+            Err(e) => return Err(PathIoError::errno_at("open", &src_path)(e).into()),
         };
         if !stat.same_mount(&self.root) {
             return Ok(Step::Again);
@@ -232,7 +234,7 @@ impl<'a> Walker<'a> {
             flags,
             Mode::S_IRUSR | Mode::S_IWUSR,
         )
-        .map_err(PathIoError::at("create", &dst_path))?;
+        .map_err(PathIoError::errno_at("create", &dst_path))?;
         let dst = File::from(dst);
         let copied = self
             .data
@@ -278,7 +280,7 @@ impl<'a> Walker<'a> {
             name,
             AtFlags::empty(),
         )
-        .map_err(PathIoError::at("link", &self.dst_path(rel)))?;
+        .map_err(PathIoError::errno_at("link", &self.dst_path(rel)))?;
         self.report.hard_links += 1;
         Ok(true)
     }
@@ -300,10 +302,12 @@ impl<'a> Walker<'a> {
             Ok(target) => target,
             // No longer a symlink (EINVAL) or gone.
             Err(Errno::EINVAL | Errno::ENOENT) => return Ok(Step::Again),
-            Err(e) => return Err(PathIoError::at("read link", &self.src_root.join(rel))(e).into()),
+            Err(e) => {
+                return Err(PathIoError::errno_at("read link", &self.src_root.join(rel))(e).into());
+            }
         };
         symlinkat(target.as_os_str(), parent.dst.as_fd(), name)
-            .map_err(PathIoError::at("create", &self.dst_path(rel)))?;
+            .map_err(PathIoError::errno_at("create", &self.dst_path(rel)))?;
         self.entry_meta(parent, name, rel, stat)?;
         self.report.symlinks += 1;
         Ok(Step::Done)
@@ -325,7 +329,7 @@ impl<'a> Walker<'a> {
             Mode::S_IRUSR | Mode::S_IWUSR,
             stat.rdev,
         )
-        .map_err(PathIoError::at("create", &self.dst_path(rel)))?;
+        .map_err(PathIoError::errno_at("create", &self.dst_path(rel)))?;
         self.entry_meta(parent, name, rel, stat)?;
         self.report.special_files += 1;
         Ok(Step::Done)

@@ -54,7 +54,7 @@ pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> 
     };
     let control = device_node::open_control()?;
     for _ in 0..ATTACH_ATTEMPTS {
-        let n = ioctl::get_free(control.as_fd()).map_err(PathIoError::at(
+        let n = ioctl::get_free(control.as_fd()).map_err(PathIoError::errno_at(
             "find a free device (LOOP_CTL_GET_FREE) with",
             Path::new(device_node::CONTROL),
         ))?;
@@ -75,7 +75,9 @@ pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> 
                 continue;
             }
             Err(e) => {
-                return Err(PathIoError::at("attach (LOOP_CONFIGURE)", &device.path())(e).into());
+                return Err(
+                    PathIoError::errno_at("attach (LOOP_CONFIGURE)", &device.path())(e).into(),
+                );
             }
         }
         // Read back what the kernel holds; a device we cannot confirm is not left attached.
@@ -83,9 +85,11 @@ pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> 
             Ok(info) => Status::from_info(device, &info),
             Err(e) => {
                 let _ = ioctl::clear_fd(dev.as_fd());
-                return Err(
-                    PathIoError::at("get status (LOOP_GET_STATUS64) of", &device.path())(e).into(),
-                );
+                return Err(PathIoError::errno_at(
+                    "get status (LOOP_GET_STATUS64) of",
+                    &device.path(),
+                )(e)
+                .into());
             }
         };
         if !status.is_ours_for(identity) {
@@ -139,10 +143,12 @@ fn keep(status: Status) -> Result<Status, LoopError> {
     }
     let path = status.device.path();
     let dev = device_node::open_device(status.device.0, OFlag::O_RDONLY)?;
-    let mut info = ioctl::get_status(dev.as_fd())
-        .map_err(PathIoError::at("get status (LOOP_GET_STATUS64) of", &path))?;
+    let mut info = ioctl::get_status(dev.as_fd()).map_err(PathIoError::errno_at(
+        "get status (LOOP_GET_STATUS64) of",
+        &path,
+    ))?;
     info.lo_flags &= !LO_FLAGS_AUTOCLEAR;
-    ioctl::set_status(dev.as_fd(), &info).map_err(PathIoError::at(
+    ioctl::set_status(dev.as_fd(), &info).map_err(PathIoError::errno_at(
         "clear autoclear (LOOP_SET_STATUS64) of",
         &path,
     ))?;

@@ -64,7 +64,7 @@ pub fn create_backing_file(path: &Path, size: u64) -> Result<bool, LoopError> {
         Ok(()) => {}
         // Made meanwhile by someone else: judge it as if it had been there.
         Err(Errno::EEXIST) => return matches_existing(path, size),
-        Err(e) => return Err(PathIoError::at("link", path)(e).into()),
+        Err(e) => return Err(PathIoError::errno_at("link", path)(e).into()),
     }
     dir.sync_all().map_err(PathIoError::at("sync", parent))?;
     Ok(true)
@@ -79,7 +79,7 @@ fn matches_existing(path: &Path, size: u64) -> Result<bool, LoopError> {
             size: existing,
             requested: size,
         }),
-        None => Err(PathIoError::at("create", path)(Errno::ENOENT).into()),
+        None => Err(PathIoError::errno_at("create", path)(Errno::ENOENT).into()),
     }
 }
 

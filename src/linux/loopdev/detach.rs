@@ -29,7 +29,8 @@ fn open_ours(
         Err(Errno::ENXIO) => return Ok(None),
         Err(e) => {
             return Err(
-                PathIoError::at("get status (LOOP_GET_STATUS64) of", &device.path())(e).into(),
+                PathIoError::errno_at("get status (LOOP_GET_STATUS64) of", &device.path())(e)
+                    .into(),
             );
         }
     };
@@ -83,21 +84,23 @@ fn detach_once(device: LoopDevice, file: &Path, identity: Identity) -> Result<De
     match ioctl::clear_fd(dev.as_fd()) {
         Ok(()) => {}
         Err(Errno::ENXIO) => return Ok(Detach::Done),
-        Err(e) => return Err(PathIoError::at("detach (LOOP_CLR_FD)", &path)(e).into()),
+        Err(e) => return Err(PathIoError::errno_at("detach (LOOP_CLR_FD)", &path)(e).into()),
     }
     match ioctl::get_status(dev.as_fd()) {
         // We were its only opener: the kernel is running it down and clears it as we close.
         Err(Errno::ENXIO) => Ok(Detach::Done),
-        Err(e) => Err(PathIoError::at("get status (LOOP_GET_STATUS64) of", &path)(e).into()),
+        Err(e) => Err(PathIoError::errno_at("get status (LOOP_GET_STATUS64) of", &path)(e).into()),
         // Someone else has it open: the kernel only set autoclear. Take that back.
         Ok(mut info) => {
             info.lo_flags &= !LO_FLAGS_AUTOCLEAR;
             match ioctl::set_status(dev.as_fd(), &info) {
                 Ok(()) => Ok(Detach::Busy("open by another process")),
                 Err(Errno::ENXIO) => Ok(Detach::Done),
-                Err(e) => {
-                    Err(PathIoError::at("clear autoclear (LOOP_SET_STATUS64) of", &path)(e).into())
-                }
+                Err(e) => Err(PathIoError::errno_at(
+                    "clear autoclear (LOOP_SET_STATUS64) of",
+                    &path,
+                )(e)
+                .into()),
             }
         }
     }
@@ -109,12 +112,13 @@ pub fn refresh_capacity(device: LoopDevice, file: &Path) -> Result<u64, LoopErro
     let identity = Identity::of(file)?;
     let path = device.path();
     let dev = open_ours(device, file, identity, OFlag::O_RDONLY)?
-        .ok_or_else(|| PathIoError::at("refresh", &path)(Errno::ENXIO))?;
-    ioctl::set_capacity(dev.as_fd()).map_err(PathIoError::at(
+        .ok_or_else(|| PathIoError::errno_at("refresh", &path)(Errno::ENXIO))?;
+    ioctl::set_capacity(dev.as_fd()).map_err(PathIoError::errno_at(
         "refresh capacity (LOOP_SET_CAPACITY) of",
         &path,
     ))?;
-    Ok(ioctl::size(dev.as_fd()).map_err(PathIoError::at("get size (BLKGETSIZE64) of", &path))?)
+    Ok(ioctl::size(dev.as_fd())
+        .map_err(PathIoError::errno_at("get size (BLKGETSIZE64) of", &path))?)
 }
 
 /// Writes what the device's page cache holds through to its file and the file to disk
@@ -134,12 +138,12 @@ pub fn set_direct_io(device: LoopDevice, file: &Path, on: bool) -> Result<bool, 
     let identity = Identity::of(file)?;
     let path = device.path();
     let dev = open_ours(device, file, identity, OFlag::O_RDONLY)?
-        .ok_or_else(|| PathIoError::at("switch direct I/O of", &path)(Errno::ENXIO))?;
+        .ok_or_else(|| PathIoError::errno_at("switch direct I/O of", &path)(Errno::ENXIO))?;
     match ioctl::set_direct_io(dev.as_fd(), on) {
         Ok(()) => Ok(true),
         Err(Errno::EINVAL) if on => Ok(false),
         Err(e) => {
-            Err(PathIoError::at("switch direct I/O (LOOP_SET_DIRECT_IO) of", &path)(e).into())
+            Err(PathIoError::errno_at("switch direct I/O (LOOP_SET_DIRECT_IO) of", &path)(e).into())
         }
     }
 }
@@ -148,5 +152,6 @@ pub fn set_direct_io(device: LoopDevice, file: &Path, on: bool) -> Result<bool, 
 pub fn size(device: LoopDevice) -> Result<u64, LoopError> {
     let path = device.path();
     let dev = device_node::open_device(device.0, OFlag::O_RDONLY)?;
-    Ok(ioctl::size(dev.as_fd()).map_err(PathIoError::at("get size (BLKGETSIZE64) of", &path))?)
+    Ok(ioctl::size(dev.as_fd())
+        .map_err(PathIoError::errno_at("get size (BLKGETSIZE64) of", &path))?)
 }

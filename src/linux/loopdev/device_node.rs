@@ -52,13 +52,13 @@ fn open_node(
             let dev = nix::libc::makedev(major, minor);
             match mknod(path, kind, Mode::from_bits_truncate(0o660), dev) {
                 Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(PathIoError::at("create device node", path)(e).into()),
+                Err(e) => return Err(PathIoError::errno_at("create device node", path)(e).into()),
             }
             open(path, flags, Mode::empty())
         }
         other => other,
     }
-    .map_err(PathIoError::at("open", path))?;
+    .map_err(PathIoError::errno_at("open", path))?;
     let file = File::from(fd);
     let meta = file.metadata().map_err(PathIoError::at("stat", path))?;
     let right_kind = if kind == SFlag::S_IFBLK {

@@ -178,9 +178,9 @@ pub fn status(device: LoopDevice) -> Result<Option<Status>, LoopError> {
     match ioctl::get_status(file.as_fd()) {
         Ok(info) => Ok(Some(Status::from_info(device, &info))),
         Err(Errno::ENXIO) => Ok(None),
-        Err(e) => {
-            Err(PathIoError::at("get status (LOOP_GET_STATUS64) of", &device.path())(e).into())
-        }
+        Err(e) => Err(
+            PathIoError::errno_at("get status (LOOP_GET_STATUS64) of", &device.path())(e).into(),
+        ),
     }
 }
 

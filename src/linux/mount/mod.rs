@@ -91,7 +91,7 @@ fn bind_opened(from: &File, onto: &File, target: &Path) -> Result<(), MountError
         MsFlags::MS_BIND,
         None::<&str>,
     )
-    .map_err(PathIoError::at("bind-mount onto", target))
+    .map_err(PathIoError::errno_at("bind-mount onto", target))
 }
 
 impl LinuxMounter {
@@ -148,7 +148,7 @@ impl Mounter for LinuxMounter {
             let mounted = open_dir(target).map_err(PathIoError::at("open new mount", target))?;
             // Flags the parent mount gave (say `nodev`) are not ours to clear.
             let st = nix::sys::statvfs::fstatvfs(&mounted)
-                .map_err(PathIoError::at("inspect new mount", target))?;
+                .map_err(PathIoError::errno_at("inspect new mount", target))?;
             let kept = kept_flags(st.flags());
             nix::mount::mount(
                 None::<&str>,
@@ -157,7 +157,7 @@ impl Mounter for LinuxMounter {
                 MsFlags::MS_BIND | MsFlags::MS_REMOUNT | kept | options.ms_flags(),
                 None::<&str>,
             )
-            .map_err(PathIoError::at("remount with flags", target))
+            .map_err(PathIoError::errno_at("remount with flags", target))
         };
         self.undo_if_failed(target, remount())
     }
@@ -178,14 +178,14 @@ impl Mounter for LinuxMounter {
                 MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
                 None::<&str>,
             )
-            .map_err(PathIoError::at("remount read-only", target))
+            .map_err(PathIoError::errno_at("remount read-only", target))
         };
         self.undo_if_failed(target, remount())
     }
 
     fn unmount(&self, target: &Path) -> Result<(), MountError> {
         nix::mount::umount2(target, MntFlags::UMOUNT_NOFOLLOW)
-            .map_err(PathIoError::at("unmount", target))
+            .map_err(PathIoError::errno_at("unmount", target))
     }
 }
 

@@ -74,7 +74,8 @@ impl QuotaFs {
 
     fn open_with(path: &Path, via_device: bool) -> Result<Self, QuotaError> {
         let root = open_dir(path).map_err(PathIoError::at("open", path))?;
-        let statfs = nix::sys::statfs::fstatfs(&root).map_err(PathIoError::at("statfs", path))?;
+        let statfs =
+            nix::sys::statfs::fstatfs(&root).map_err(PathIoError::errno_at("statfs", path))?;
         let fs_type = statfs.filesystem_type();
         let magic = fs_type.0 as u64;
         let kind = match fs_type {

@@ -138,8 +138,9 @@ impl QuotaFs {
     /// which on XFS pushes the background inactivation of removed inodes (until it has run,
     /// their blocks and the inodes themselves are still charged to their project).
     pub fn settle(&self) -> Result<(), QuotaError> {
-        nix::unistd::syncfs(self.root()).map_err(PathIoError::at("sync", self.path()))?;
-        nix::sys::statfs::fstatfs(self.root()).map_err(PathIoError::at("statfs", self.path()))?;
+        nix::unistd::syncfs(self.root()).map_err(PathIoError::errno_at("sync", self.path()))?;
+        nix::sys::statfs::fstatfs(self.root())
+            .map_err(PathIoError::errno_at("statfs", self.path()))?;
         Ok(())
     }
 
