@@ -1,7 +1,8 @@
 //! Go compatibility in one place. Our flags, texts and labels must read exactly as the Go tools
 //! they replace: Go's duration syntax (`--timeout=2m30s`) and booleans (`--flag=false`), gRPC
 //! code names as grpc-go spells them (`Canceled`), and Go's formatting of values in the kubelet's
-//! error texts (`%q`, `%v` of a slice, a status error, a failed dial).
+//! error texts (`%q`, `%v` of a slice, a status error, a failed dial). klog's flag values are
+//! in [`logging`](crate::logging), beside the flags they belong to.
 
 use std::time::Duration;
 
@@ -79,69 +80,6 @@ pub fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
-// ---- klog's flag values (accepted for old manifests, checked as klog checks them) ----
-
-/// A klog or component-base flag value that klog would refuse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct KlogValueError(&'static str);
-
-/// `--stderrthreshold`: `INFO`, `WARNING`, `ERROR`, `FATAL` (any case) or 0 to 3.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Severity(pub u8);
-
-impl std::str::FromStr for Severity {
-    type Err = KlogValueError;
-    fn from_str(text: &str) -> Result<Self, KlogValueError> {
-        const NAMES: [&str; 4] = ["INFO", "WARNING", "ERROR", "FATAL"];
-        let upper = text.to_ascii_uppercase();
-        NAMES
-            .iter()
-            .position(|name| *name == upper)
-            .and_then(|n| u8::try_from(n).ok())
-            .or_else(|| text.parse().ok().filter(|n| *n < 4))
-            .map(Severity)
-            .ok_or(KlogValueError(
-                "expected INFO, WARNING, ERROR, FATAL or 0 to 3",
-            ))
-    }
-}
-
-/// `--log_backtrace_at`: `file.go:N`, or empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceLocation(pub String);
-
-impl std::str::FromStr for TraceLocation {
-    type Err = KlogValueError;
-    fn from_str(text: &str) -> Result<Self, KlogValueError> {
-        let valid = text.is_empty()
-            || text.split_once(':').is_some_and(|(file, line)| {
-                file.contains('.') && !line.contains(':') && line.parse::<u32>().is_ok()
-            });
-        valid
-            .then(|| TraceLocation(text.to_owned()))
-            .ok_or(KlogValueError("syntax error: expect file.go:234"))
-    }
-}
-
-/// `--log-json-info-buffer-size` and `--log-text-info-buffer-size`: a byte count as a
-/// Kubernetes quantity (`512`, `1k`, `2Ki`, `3M`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quantity(pub u64);
-
-impl std::str::FromStr for Quantity {
-    type Err = KlogValueError;
-    fn from_str(text: &str) -> Result<Self, KlogValueError> {
-        // component-base's help writes 1K for the decimal kilo that quantities spell 1k.
-        let text = text
-            .strip_suffix('K')
-            .map_or(text.to_owned(), |n| format!("{n}k"));
-        crate::quantity::parse_quantity(&text)
-            .map(Quantity)
-            .map_err(|_| KlogValueError("expected a byte count such as 512, 1k, 2Ki or 3M"))
-    }
-}
-
 // ---- gRPC code names (`codes.Code.String()`) ----
 
 /// gRPC status codes as Go spells them (`codes.Code.String()`), which is what upstream puts in
@@ -171,9 +109,15 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 
 // ---- Values and errors as Go prints them ----
 
+/// grpc-go's text of a failed call: `rpc error: code = NotFound desc = …`.
+fn status_text(code: tonic::Code, desc: &str) -> String {
+    format!("rpc error: code = {} desc = {desc}", code_name(code))
+}
+
 /// What grpc-go says when a call's context deadline passes.
-pub const DEADLINE_EXCEEDED: &str =
-    "rpc error: code = DeadlineExceeded desc = context deadline exceeded";
+pub fn deadline_exceeded() -> String {
+    status_text(tonic::Code::DeadlineExceeded, "context deadline exceeded")
+}
 
 /// Go's `%q` of a string (`strconv.Quote`): double quotes, backslash escapes for quotes,
 /// backslashes and control characters, printable Unicode kept as it is.
@@ -215,11 +159,7 @@ pub fn quoted_list(items: &[String]) -> String {
 
 /// A gRPC status as grpc-go prints it: `rpc error: code = NotFound desc = …`.
 pub fn status(status: &tonic::Status) -> String {
-    format!(
-        "rpc error: code = {} desc = {}",
-        code_name(status.code()),
-        status.message()
-    )
+    status_text(status.code(), status.message())
 }
 
 /// grpc-go's text for a call on a connection whose dial failed, e.g.
@@ -242,10 +182,8 @@ pub fn dial_error(path: &std::path::Path, error: &std::io::Error) -> String {
         "transport: Error while dialing: dial unix {}: connect: {reason}",
         path.display()
     );
-    format!(
-        "rpc error: code = Unavailable desc = connection error: desc = {}",
-        quote(&inner)
-    )
+    let desc = format!("connection error: desc = {}", quote(&inner));
+    status_text(tonic::Code::Unavailable, &desc)
 }
 
 /// A failed call as a probe reports it: grpc-go's status text, with the transport's cause
@@ -262,10 +200,7 @@ pub fn status_with_cause(status: &tonic::Status) -> String {
             };
         }
     }
-    format!(
-        "rpc error: code = {} desc = {message}",
-        code_name(status.code())
-    )
+    status_text(status.code(), &message)
 }
 
 #[cfg(test)]
@@ -311,21 +246,6 @@ mod tests {
     }
 
     #[test]
-    fn klog_flag_values_are_checked_as_klog_checks_them() {
-        assert_eq!("warning".parse::<Severity>(), Ok(Severity(1)));
-        assert_eq!("3".parse::<Severity>(), Ok(Severity(3)));
-        assert!("LOUD".parse::<Severity>().is_err() && "4".parse::<Severity>().is_err());
-        assert!("main.go:234".parse::<TraceLocation>().is_ok());
-        assert!("".parse::<TraceLocation>().is_ok());
-        for bad in [":0", "main.go", "main:1", "main.go:x"] {
-            assert!(bad.parse::<TraceLocation>().is_err(), "{bad}");
-        }
-        assert_eq!("2Ki".parse::<Quantity>(), Ok(Quantity(2048)));
-        assert_eq!("1K".parse::<Quantity>(), Ok(Quantity(1000)));
-        assert!("lots".parse::<Quantity>().is_err());
-    }
-
-    #[test]
     fn strings_are_quoted_as_go_quotes_them() {
         let table = [
             ("plain", r#""plain""#),
@@ -365,12 +285,16 @@ mod tests {
             ),
             (
                 tonic::Status::deadline_exceeded("context deadline exceeded"),
-                DEADLINE_EXCEEDED,
+                "rpc error: code = DeadlineExceeded desc = context deadline exceeded",
             ),
         ];
         for (input, expected) in table {
             assert_eq!(status(&input), expected);
         }
+        assert_eq!(
+            deadline_exceeded(),
+            "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+        );
     }
 
     #[test]

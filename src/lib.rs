@@ -24,23 +24,30 @@
 //! - [`flow`] — `--flow=FILE`: a run's registration flow as timed arrows on lifelines, drawn as
 //!   SVG or Mermaid text. It knows no mode.
 //! - [`linux`] — the Linux layer: bind mounts behind the [`Mounter`](linux::mount::Mounter)
-//!   trait, the mount table, project quotas (behind `ProjectQuotas`), loop devices (behind
-//!   `LoopDevices`), the tree copy engine. It knows no CSI.
+//!   trait and the per-mount flags they carry (spelled once in `linux/mount_options.rs`), the
+//!   mount table, project quotas (behind `ProjectQuotas`) and the walk that holds a volume to
+//!   its project, loop devices (behind `LoopDevices`), the tree copy engine, inotify for tokio.
+//!   It knows no CSI.
 //! - [`csi_spec`] — what the CSI spec fixes: the driver-name rule, size limits, the longest node
 //!   ID. [`quantity`] — Kubernetes byte counts (`10Gi`).
 //! - [`socket`] — the shared socket layer: address parsing, safe bind, owner-checked removal,
-//!   one claim per path among would-be servers (`socket/claim.rs`), dialling with back-off
-//!   (`socket/dial.rs`), and gRPC servers that accept any `:authority` (`socket/authority.rs`).
+//!   one claim per path among would-be servers (`socket/claim.rs`), the wait for a path to
+//!   change hands (`socket/handover_wait.rs`), dialling with back-off (`socket/dial.rs`), and
+//!   gRPC servers that accept any `:authority` (`socket/authority/`).
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics` (`http/conns.rs`:
 //!   bounded connections, the longest-idle one shed at the cap, drained on shutdown), and a
 //!   one-shot GET. [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
 //! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown;
 //!   [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
-//! - [`logging`] — klog-style `--v` on env_logger; klog's text header or component-base's JSON.
+//! - [`logging`] — klog-style `--v` on env_logger; klog's text header or component-base's JSON;
+//!   the values of klog's flags that are accepted and ignored.
 //! - [`gocompat`] — Go compatibility in one place: durations, booleans, gRPC code names, Go's
 //!   formatting of values and errors. [`backoff`] — the one doubling back-off. [`rlimit`] —
-//!   process limits `main` sets before any mode starts. [`heap`] — free heap pages given
-//!   back to the kernel after a burst (`malloc_trim`).
+//!   process limits `main` sets before any mode starts. [`malloc_trim`] — free heap pages
+//!   given back to the kernel after a burst.
+//! - [`path_io`] — the one `"{op} {path}: {source}"` error the error types hold.
+//!   [`mutex`] — the one poison-ignoring lock. [`node_name`] — the node's name (given,
+//!   `$NODE_NAME`, else the host name) and the kernel's host name.
 //! - [`plugin_registry`] — `<driver>-reg.sock`, the registration socket's name. [`paths`] —
 //!   lexical checks on the absolute paths requests name. [`lock_file`] — lock files signed by
 //!   their holder (the state directory's owner, a registration socket's claim).
@@ -58,13 +65,14 @@ pub mod csi_spec;
 pub mod demo;
 pub mod flow;
 pub mod gocompat;
-pub mod heap;
 pub mod http;
 pub mod linux;
 pub mod lock_file;
 pub mod logging;
+pub mod malloc_trim;
 pub mod metrics;
 pub mod mutex;
+pub mod node_name;
 pub mod node_server;
 pub mod path_io;
 pub mod paths;
@@ -77,6 +85,10 @@ pub mod rlimit;
 pub mod runtime;
 pub mod shutdown;
 pub mod socket;
+
+/// [`malloc_trim`] by its old name, kept while node-server's heap-trim task still calls it
+/// `heap`.
+pub use malloc_trim as heap;
 
 /// The error type mode entry points return; `main` prints it and exits 1.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -40,9 +40,7 @@ pub fn holder(file: &mut File) -> String {
 }
 
 fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_else(|_| "an unknown host".to_owned())
+    crate::node_name::host_name().unwrap_or_else(|_| "an unknown host".to_owned())
 }
 
 #[cfg(test)]

@@ -30,9 +30,22 @@ impl PathIoError {
         move |source| Self::new(op, path, source)
     }
 
+    /// [`PathIoError::at`] for a `nix` result.
+    pub fn errno_at<'a>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(nix::errno::Errno) -> Self + 'a {
+        move |errno| Self::new(op, path, errno.into())
+    }
+
     /// The kind of the underlying I/O error.
     pub fn kind(&self) -> io::ErrorKind {
         self.source.kind()
+    }
+
+    /// The kernel's errno, when a syscall failed.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.source.raw_os_error()
     }
 }
 
@@ -50,5 +63,15 @@ mod tests {
             "remove /x/y: Permission denied (os error 13)"
         );
         assert_eq!(error.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(error.raw_os_error(), Some(nix::libc::EACCES));
+    }
+
+    #[test]
+    fn a_nix_errno_becomes_the_same_error_as_its_io_error() {
+        let from_errno = PathIoError::errno_at("stat", Path::new("/x"))(nix::errno::Errno::ENOENT);
+        assert_eq!(
+            from_errno.to_string(),
+            "stat /x: No such file or directory (os error 2)"
+        );
     }
 }

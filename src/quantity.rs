@@ -11,6 +11,23 @@ pub enum QuantityError {
     TooLarge(String),
 }
 
+/// A byte count as Kubernetes writes it; the flag values that take one wrap it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantity(u64);
+
+impl Quantity {
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for Quantity {
+    type Err = QuantityError;
+    fn from_str(text: &str) -> Result<Self, QuantityError> {
+        parse_quantity(text).map(Quantity)
+    }
+}
+
 /// Parses a byte count, with an optional Kubernetes-style suffix: `Ki Mi Gi Ti Pi Ei`
 /// (powers of 1024) or `k M G T P E` (powers of 1000).
 pub fn parse_quantity(text: &str) -> Result<u64, QuantityError> {
@@ -57,6 +74,7 @@ mod tests {
         assert_eq!(parse_quantity("500M"), Ok(500_000_000));
         assert_eq!(parse_quantity("1k"), Ok(1000));
         assert_eq!(parse_quantity("0"), Ok(0));
+        assert_eq!("2Ki".parse::<Quantity>().map(Quantity::bytes), Ok(2048));
     }
 
     #[test]

@@ -67,10 +67,10 @@ macro_rules! mode_args {
                 pub one_output: bool,
                 /// accepted and ignored (klog): every line goes to standard error (default 2)
                 #[argh(option, arg_name = "value")]
-                pub stderrthreshold: Option<$crate::gocompat::Severity>,
+                pub stderrthreshold: Option<$crate::logging::Severity>,
                 /// accepted and ignored (klog): no stack traces are written (default :0)
                 #[argh(option, arg_name = "value")]
-                pub log_backtrace_at: Option<$crate::gocompat::TraceLocation>,
+                pub log_backtrace_at: Option<$crate::logging::TraceLocation>,
                 /// accepted and ignored: every line is written at once (default 5s)
                 #[argh(option, arg_name = "duration")]
                 pub log_flush_frequency: Option<$crate::gocompat::GoDuration>,
@@ -79,13 +79,13 @@ macro_rules! mode_args {
                 pub log_json_split_stream: bool,
                 /// accepted and ignored: lines are not buffered
                 #[argh(option, arg_name = "value")]
-                pub log_json_info_buffer_size: Option<$crate::gocompat::Quantity>,
+                pub log_json_info_buffer_size: Option<$crate::logging::BufferSize>,
                 /// accepted and ignored: text lines all go to standard error
                 #[argh(switch)]
                 pub log_text_split_stream: bool,
                 /// accepted and ignored: lines are not buffered
                 #[argh(option, arg_name = "value")]
-                pub log_text_info_buffer_size: Option<$crate::gocompat::Quantity>,
+                pub log_text_info_buffer_size: Option<$crate::logging::BufferSize>,
             ]
             [
                 "--alsologtostderr" => alsologtostderr,

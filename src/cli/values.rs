@@ -14,6 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::quantity::Quantity;
+
 mod files;
 pub use files::{AbsolutePath, HostSocketPath, SocketMode};
 
@@ -274,21 +276,22 @@ impl FlagValue for NonEmptyPath {
 /// A byte count of more than zero as Kubernetes writes it: `100Gi`, `500M`, `1073741824`
 /// (see [`crate::quantity`]). Zero would refuse every volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteSize(u64);
+pub struct ByteSize(Quantity);
 
 impl ByteSize {
     pub fn bytes(self) -> u64 {
-        self.0
+        self.0.bytes()
     }
 }
 
 impl FlagValue for ByteSize {
     fn parse(text: &str) -> Result<Self, Refusal> {
-        match crate::quantity::parse_quantity(text).map_err(Refusal::new)? {
+        let size: Quantity = text.parse().map_err(Refusal::new)?;
+        match size.bytes() {
             0 => Err(Refusal::new(
                 "must be more than 0; leave it out to use the free space",
             )),
-            bytes => Ok(Self(bytes)),
+            _ => Ok(Self(size)),
         }
     }
 }

@@ -230,22 +230,19 @@ impl Recorder {
 
     pub fn record(&self, arrow: Arrow) {
         if let Some(arrows) = &self.0 {
-            arrows.lock().unwrap_or_else(|p| p.into_inner()).push(arrow);
+            crate::mutex::lock(arrows).push(arrow);
         }
     }
 
     pub fn extend(&self, more: impl IntoIterator<Item = Arrow>) {
         if let Some(arrows) = &self.0 {
-            arrows
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(more);
+            crate::mutex::lock(arrows).extend(more);
         }
     }
 
     pub fn arrows(&self) -> Vec<Arrow> {
         match &self.0 {
-            Some(arrows) => arrows.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            Some(arrows) => crate::mutex::lock(arrows).clone(),
             None => Vec::new(),
         }
     }

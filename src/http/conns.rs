@@ -60,7 +60,7 @@ struct Activity {
 
 impl Activity {
     fn idle_since(&self) -> Option<Instant> {
-        let since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+        let since = *crate::mutex::lock(&self.idle_since);
         (self.busy.load(Ordering::SeqCst) == 0).then_some(since)
     }
 }
@@ -77,7 +77,7 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        *self.0.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *crate::mutex::lock(&self.0.idle_since) = Instant::now();
         self.0.busy.fetch_sub(1, Ordering::SeqCst);
         self.0.room.notify_one();
     }
@@ -151,7 +151,7 @@ impl Drop for OpenGuard {
         let bursty = open.since_trim.load(Ordering::SeqCst) >= open.trim_after;
         if open.now.fetch_sub(1, Ordering::SeqCst) == 1 && bursty {
             open.since_trim.store(0, Ordering::SeqCst);
-            crate::heap::give_back_freed_memory();
+            crate::malloc_trim::give_back_freed_memory();
         }
     }
 }

@@ -5,6 +5,8 @@
 //!
 //! - [`mount`] — bind mounts through `O_PATH` descriptors behind the [`Mounter`](mount::Mounter)
 //!   trait (the real Linux implementation and a recording fake for unit tests).
+//! - [`mount_options`] — the per-mount flags a bind mount can carry (`ro`, `nosuid`, …),
+//!   spelled once, and a request's [`MountOptions`](mount_options::MountOptions).
 //! - [`mountinfo`] — the kernel's mount table, parsed as the kernel writes it.
 //! - [`mountpoint`] — what is mounted at one path, by `statx`, in O(1) (the hot paths).
 //! - [`statmount`] — the mount a path lies in (device, root, mount point), by `statmount`, in
@@ -13,6 +15,7 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`inotify`] — an inotify instance for tokio: its events awaited, not polled for.
 //! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work
 //!   (the escape walk, removing what interrupted operations left).
 //! - [`privilege`] — work on a thread of its own without CAP_SYS_RESOURCE (copies under a
@@ -21,9 +24,11 @@
 //!   made or removed through a parent opened without following any.
 
 pub mod copy;
+pub mod inotify;
 pub mod ioprio;
 pub mod loopdev;
 pub mod mount;
+pub mod mount_options;
 pub mod mountinfo;
 pub mod mountpoint;
 pub mod privilege;

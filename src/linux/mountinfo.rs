@@ -218,7 +218,7 @@ static REPORTED: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 fn report_unparsed(line: &[u8]) -> bool {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
     let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(line);
-    let mut reported = REPORTED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut reported = crate::mutex::lock(&REPORTED);
     let seen = reported.get_or_insert_with(HashSet::new);
     if seen.contains(&hash) {
         return false;

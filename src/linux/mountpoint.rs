@@ -19,7 +19,8 @@ use std::path::Path;
 
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
-use nix::sys::statvfs::FsFlags;
+
+use crate::linux::mount_options::{self, ByOptionName};
 
 /// What a mount shows at its root: a directory's or a file's device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,8 +38,8 @@ pub struct Top {
     pub shows: Shown,
     /// The device number when its root is a block device node (a bind of `/dev/loopN`).
     pub block_rdev: Option<u64>,
-    /// Per-mount flags by their option names (`ro`/`rw`, `nosuid`, `nodev`, `noexec`,
-    /// `noatime`, `nodiratime`), as mountinfo would list them.
+    /// Per-mount flags by their option names (`ro` or `rw`, then those of
+    /// [`FLAGS`](mount_options::FLAGS) set), as mountinfo would list them.
     pub options: Vec<&'static str>,
 }
 
@@ -49,6 +50,12 @@ impl Top {
 
     pub fn is_readonly(&self) -> bool {
         self.has_option("ro")
+    }
+}
+
+impl ByOptionName for Top {
+    fn has_option(&self, option: &str) -> bool {
+        Top::has_option(self, option)
     }
 }
 
@@ -140,27 +147,11 @@ pub fn top_at(
         return Ok(None);
     }
     let flags = nix::sys::statvfs::fstatvfs(&fd)?.flags();
-    let mut options = vec![if flags.contains(FsFlags::ST_RDONLY) {
-        "ro"
-    } else {
-        "rw"
-    }];
-    for (flag, name) in [
-        (FsFlags::ST_NOSUID, "nosuid"),
-        (FsFlags::ST_NODEV, "nodev"),
-        (FsFlags::ST_NOEXEC, "noexec"),
-        (FsFlags::ST_NOATIME, "noatime"),
-        (FsFlags::ST_NODIRATIME, "nodiratime"),
-    ] {
-        if flags.contains(flag) {
-            options.push(name);
-        }
-    }
     Ok(Some(Top {
         mnt_id: stx.mnt_id,
         shows: stx.shown,
         block_rdev: stx.block_rdev,
-        options,
+        options: mount_options::names_of(flags),
     }))
 }
 

@@ -18,6 +18,8 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
+use crate::path_io::PathIoError;
+
 /// The kernel's own limit on links followed in one lookup.
 const MAX_LINKS: usize = 40;
 
@@ -29,12 +31,9 @@ pub enum ResolveError {
     UntrustedLink(PathBuf),
     #[error("too many symbolic links resolving {}", .0.display())]
     TooManyLinks(PathBuf),
-    #[error("resolve {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Looking at a component (`resolve /a/b: Permission denied`).
+    #[error(transparent)]
+    Io(#[from] PathIoError),
 }
 
 /// Whether a link at `link` (with `meta` its `lstat`) was placed by root in a directory only
@@ -96,7 +95,7 @@ fn walk(path: &Path) -> Result<Option<PathBuf>, ResolveError> {
         let meta = match std::fs::symlink_metadata(&next) {
             Ok(meta) => meta,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(ResolveError::Io { path: next, source }),
+            Err(source) => return Err(PathIoError::new("resolve", &next, source).into()),
         };
         if !meta.file_type().is_symlink() {
             out = next;
@@ -109,10 +108,7 @@ fn walk(path: &Path) -> Result<Option<PathBuf>, ResolveError> {
         if !trusted(&next, &meta) {
             return Err(ResolveError::UntrustedLink(next));
         }
-        let to = std::fs::read_link(&next).map_err(|source| ResolveError::Io {
-            path: next.clone(),
-            source,
-        })?;
+        let to = std::fs::read_link(&next).map_err(PathIoError::at("resolve", &next))?;
         if to.is_absolute() {
             out = PathBuf::from("/");
         }

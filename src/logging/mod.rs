@@ -1,6 +1,7 @@
 //! Logging set-up shared by every mode: klog's flags (`--v`, `--vmodule`, `--logging-format`,
 //! `--skip_headers`, `--add_dir_header`) on top of env_logger; the lines themselves, klog text
-//! or component-base JSON, are written by [`lines`].
+//! or component-base JSON, are written by [`lines`]. The values of the klog flags that are
+//! accepted and ignored are checked in `klog_values`.
 //!
 //! Verbosity maps onto `log` levels so that code uses the ordinary macros:
 //! `--v` 0–1 → info (quiet: start-up, state changes, warnings, errors), 2–4 → debug (steady-state
@@ -8,7 +9,10 @@
 //! `--vmodule` gives single files or modules their own verbosity. `RUST_LOG`, when set,
 //! replaces all of this.
 
+mod klog_values;
 mod lines;
+
+pub use klog_values::{BufferSize, KlogValueError, Severity, TraceLocation};
 
 use std::sync::Mutex;
 
@@ -244,15 +248,12 @@ static DEFERRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// said about the flags waits until they were all found good, so a bad one stays the only
 /// line, and an exec probe that exits at once stays silent.
 pub fn defer(line: String) {
-    DEFERRED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(line);
+    crate::mutex::lock(&DEFERRED).push(line);
 }
 
 /// Logs the deferred lines (at info); called where every mode starts its runtime.
 pub fn log_deferred() {
-    let lines = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|p| p.into_inner()));
+    let lines = std::mem::take(&mut *crate::mutex::lock(&DEFERRED));
     for line in lines {
         log::info!("{line}");
     }

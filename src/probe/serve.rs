@@ -121,10 +121,7 @@ impl Prober {
     }
 
     fn driver_name(&self) -> String {
-        self.driver
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        crate::mutex::lock(&self.driver).clone()
     }
 
     /// Asks the driver its name (upstream asks once at start; we ask on every new connection,
@@ -137,7 +134,7 @@ impl Prober {
             return;
         };
         let name = info.into_inner().name;
-        let mut known = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = crate::mutex::lock(&self.driver);
         if !name.is_empty() && *known != name {
             log::info!("probing CSI driver {name} at {}", self.address.display());
             *known = name;
@@ -178,7 +175,7 @@ impl Prober {
     /// Probes the driver; callers arriving while a probe runs share its result.
     pub async fn probe(self: &Arc<Self>) -> Result<(), Arc<ProbeError>> {
         let mut receiver = {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut in_flight = crate::mutex::lock(&self.in_flight);
             match in_flight.as_ref() {
                 Some(receiver) => receiver.clone(),
                 None => {
@@ -187,7 +184,7 @@ impl Prober {
                     let prober = self.clone();
                     tokio::spawn(async move {
                         let outcome = prober.probe_now().await.map_err(Arc::new);
-                        *prober.in_flight.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                        *crate::mutex::lock(&prober.in_flight) = None;
                         sender.send_replace(Some(outcome));
                     });
                     receiver

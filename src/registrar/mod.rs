@@ -1,9 +1,15 @@
 //! `registrar`: a drop-in `node-driver-registrar` that asks the driver its name, serves the
 //! kubelet's plugin-registration API on `<driver>-reg.sock`, and keeps the driver registered
 //! through late starts, restarts, deleted sockets and rejected registrations.
+//!
+//! `service` is the registration service the kubelet calls; `supervise` the life cycle of the
+//! registration socket, `ask_driver` and `stand_by` the waits in it (for the driver's name,
+//! for the socket to be ours); `health` the health port.
 
+mod ask_driver;
 mod health;
 mod service;
+mod stand_by;
 mod supervise;
 
 use std::path::PathBuf;

@@ -123,9 +123,7 @@ impl Tracker {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Snapshot> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::mutex::lock(&self.inner)
     }
 
     pub fn snapshot(&self) -> Snapshot {

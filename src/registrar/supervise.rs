@@ -1,23 +1,25 @@
-//! Keeps the driver registered: learns the driver's name (waiting and retrying as long as it
-//! takes), serves the registration socket, and re-creates it whenever the kubelet must run the
-//! registration again — socket deleted or replaced, driver restarted or renamed, or the
-//! kubelet reporting a failure (it never retries that by itself).
+//! Keeps the driver registered: learns the driver's name (`ask_driver`, waiting and retrying as
+//! long as it takes), waits for the registration socket to be ours (`stand_by`), serves it,
+//! and re-creates it whenever the kubelet must run the registration again — socket deleted or
+//! replaced, driver restarted or renamed, or the kubelet reporting a failure (it never retries
+//! that by itself).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::Settings;
+use super::ask_driver::{Driver, learn_driver};
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
+use super::stand_by::{stand_by, take_claim};
 use crate::backoff::Doubling;
 use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::metrics::Metrics;
-use crate::proto::csi::identity_client::IdentityClient;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::shutdown::{Shutdown, Trigger};
-use crate::socket::{self, Claim, Identity, SocketError, SocketGuard};
+use crate::socket::{self, Claim, SocketError, SocketGuard};
 
 /// How often the sockets are looked at while ours is up: a deleted registration socket is back
 /// within this. Two `lstat`s every half second cost nothing and, unlike inotify, see through
@@ -25,19 +27,14 @@ use crate::socket::{self, Claim, Identity, SocketError, SocketGuard};
 /// poll behind it: see `stand_by`.)
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// Back-off after the kubelet rejects us, and between failed driver calls.
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-/// The first pause after a failed GetPluginInfo is short: in a rollout the new node-server
-/// answers UNAVAILABLE for the moment it waits for the old one's state directory, and every
-/// moment here is one the driver is unregistered. It still doubles to the cap.
-const FIRST_DRIVER_BACKOFF: Duration = Duration::from_millis(50);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_REJECT_BACKOFF: Duration = Duration::from_secs(300);
-const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
+pub(super) const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping registration server may take to finish its calls.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-const GET_PLUGIN_INFO: &str = "/csi.v1.Identity/GetPluginInfo";
 
 /// Sleeps unless shutdown begins first; returns false on shutdown.
-async fn sleep_or_stop(delay: Duration, shutdown: &Shutdown) -> bool {
+pub(super) async fn sleep_or_stop(delay: Duration, shutdown: &Shutdown) -> bool {
     tokio::select! {
         biased;
         () = shutdown.clone().wait() => false,
@@ -59,13 +56,6 @@ pub enum GiveUp {
     /// configuration error, as upstream treats it.
     #[error(transparent)]
     Socket(#[from] SocketError),
-}
-
-/// The driver as last seen: its name, and which socket file answered (a restarted driver binds
-/// a new one).
-struct Driver {
-    name: String,
-    socket: Option<Identity>,
 }
 
 /// One generation of the registration socket and the server behind it.
@@ -115,7 +105,7 @@ impl Draining {
 }
 
 /// Why the watch over one registration socket ended.
-enum Next {
+pub(super) enum Next {
     Shutdown,
     /// Re-create the socket (after the given pause).
     Recreate(Duration),
@@ -166,7 +156,8 @@ impl Supervisor {
     pub async fn run(mut self) -> Result<(), GiveUp> {
         loop {
             self.tracker.set_phase(Phase::WaitingForDriver);
-            let Some(driver) = self.learn_driver().await? else {
+            let Some(driver) = learn_driver(&self.settings, &self.metrics, &self.shutdown).await?
+            else {
                 return Ok(());
             };
             let path = crate::plugin_registry::socket_path(
@@ -175,7 +166,8 @@ impl Supervisor {
             );
             if self.claim.as_ref().map(|(claimed, _)| claimed) != Some(&path) {
                 self.claim = None; // a renamed driver's old path is free for others
-                let Some(claim) = self.claim(&path, &driver).await else {
+                let Some(claim) = take_claim(&path, &driver, &self.tracker, &self.shutdown).await
+                else {
                     return Ok(());
                 };
                 self.claim = Some((path.clone(), claim));
@@ -188,138 +180,6 @@ impl Supervisor {
             match self.keep_registered(&driver, &path).await? {
                 Next::AskDriver => continue,
                 Next::Shutdown | Next::Recreate(_) => return Ok(()),
-            }
-        }
-    }
-
-    /// Asks the driver its name, retrying with back-off until it answers with a valid one.
-    /// Returns `None` on shutdown; an error when `--driver-wait-limit` runs out.
-    async fn learn_driver(&self) -> Result<Option<Driver>, GiveUp> {
-        let settings = &self.settings;
-        let started = Instant::now();
-        let give_up = settings.driver_wait_limit;
-        let attempt_timeout = settings.timeout.max(Duration::from_secs(1));
-        let channel = tokio::select! {
-            biased;
-            () = self.shutdown.clone().wait() => return Ok(None),
-            dialled = socket::dial(&settings.csi_address, attempt_timeout, give_up) => dialled?,
-        };
-        let mut client = IdentityClient::new(channel);
-        let mut backoff = Doubling::new(FIRST_DRIVER_BACKOFF, MAX_DRIVER_BACKOFF);
-        loop {
-            let delay = backoff.next_delay();
-            // Read before asking: a restart during the call then shows as a change later.
-            let socket = socket::identity_of(&settings.csi_address);
-            let asked = Instant::now();
-            let request = tonic::Request::new(crate::proto::csi::GetPluginInfoRequest {});
-            let reply = tokio::time::timeout(settings.timeout, client.get_plugin_info(request))
-                .await
-                .unwrap_or_else(|_| {
-                    let message = format!("no answer within {:?}", settings.timeout);
-                    Err(tonic::Status::deadline_exceeded(message))
-                });
-            let code = reply
-                .as_ref()
-                .map_or_else(|s| s.code(), |_| tonic::Code::Ok);
-            let name = reply
-                .as_ref()
-                .map(|r| r.get_ref().name.clone())
-                .unwrap_or_default();
-            self.metrics
-                .observe(&name, GET_PLUGIN_INFO, code, asked.elapsed());
-            let address = settings.csi_address.display();
-            match reply {
-                Ok(_) if name.is_empty() => {
-                    log::warn!("driver at {address} returned an empty name")
-                }
-                Ok(_) => {
-                    crate::csi_spec::driver_name::validate(&name)?;
-                    return Ok(Some(Driver { name, socket }));
-                }
-                Err(status) => log::warn!(
-                    "GetPluginInfo on {address}: {}: {}; retrying in {delay:?}",
-                    crate::gocompat::code_name(status.code()),
-                    status.message()
-                ),
-            }
-            if give_up.is_some_and(|limit| started.elapsed() >= limit) {
-                let limit = give_up.unwrap_or_default();
-                return Err(GiveUp::NoName {
-                    address: settings.csi_address.clone(),
-                    limit,
-                });
-            }
-            if !sleep_or_stop(delay, &self.shutdown).await {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// Takes the claim on the registration socket `path` (see [`socket::claim`]), standing by
-    /// while another registrar holds it: in a surge rollout the previous one, which keeps the
-    /// driver registered until its pod stops; with an operator's extra copy, whichever came
-    /// first. The kernel wakes us the moment the holder exits, however it exits. `None` on
-    /// shutdown; `Some(None)` where the filesystem takes no locks (we then go on without, as
-    /// before claims: the live-socket check alone keeps us off a served socket).
-    async fn claim(&mut self, path: &Path, driver: &Driver) -> Option<Option<Claim>> {
-        let mut backoff = Doubling::new(FIRST_BACKOFF, MAX_DRIVER_BACKOFF);
-        loop {
-            let held = match Claim::try_take(path) {
-                Ok(Ok(claim)) => return Some(Some(claim)),
-                Ok(Err(held)) => held,
-                Err(e) if socket::claim::unsupported(&e) => {
-                    log::warn!("{e}: serving the registration socket without a claim on it");
-                    return Some(None);
-                }
-                Err(e) => {
-                    let pause = backoff.next_delay();
-                    log::error!("cannot claim the registration socket: {e}; retrying in {pause:?}");
-                    self.tracker.record_error(&e.to_string());
-                    self.tracker.set_phase(Phase::Recreating(e.to_string()));
-                    if !sleep_or_stop(pause, &self.shutdown).await {
-                        return None;
-                    }
-                    continue;
-                }
-            };
-            log::info!(
-                "registration socket {} of driver {} is held by another registrar ({}); \
-                 standing by until it exits",
-                path.display(),
-                driver.name,
-                held.holder
-            );
-            self.tracker.set_phase(Phase::StandingBy);
-            let since = Instant::now();
-            let waiting = match Claim::wait_on_thread(path) {
-                Ok(waiting) => waiting,
-                Err(e) => {
-                    log::error!("cannot start waiting for the registration socket: {e}");
-                    if !sleep_or_stop(backoff.next_delay(), &self.shutdown).await {
-                        return None;
-                    }
-                    continue;
-                }
-            };
-            let taken = tokio::select! {
-                biased;
-                () = self.shutdown.clone().wait() => return None,
-                taken = waiting => taken,
-            };
-            match taken {
-                Ok(Ok(claim)) => {
-                    log::info!(
-                        "took over registration socket {} after standing by {} ms",
-                        path.display(),
-                        since.elapsed().as_millis()
-                    );
-                    return Some(Some(claim));
-                }
-                Ok(Err(e)) => log::error!("waiting for the registration socket: {e}"),
-                Err(_) => log::error!("the registration socket's lock waiter is gone"),
-            }
-            if !sleep_or_stop(backoff.next_delay(), &self.shutdown).await {
-                return None;
             }
         }
     }
@@ -350,10 +210,13 @@ impl Supervisor {
                 Err(e @ SocketError::NotASocket { .. }) if !self.served_once => {
                     return Err(e.into());
                 }
-                Err(SocketError::InUse(_)) => match self.stand_by(path, driver).await {
-                    Some(next) => return Ok(next),
-                    None => continue,
-                },
+                Err(SocketError::InUse(_)) => {
+                    let address = &self.settings.csi_address;
+                    match stand_by(path, driver, address, &self.tracker, &self.shutdown).await {
+                        Some(next) => return Ok(next),
+                        None => continue,
+                    }
+                }
                 Err(e) => {
                     let pause = bind_backoff.next_delay();
                     log::error!(
@@ -384,41 +247,6 @@ impl Supervisor {
                 other => return Ok(other),
             }
         }
-    }
-
-    /// Waits, holding the claim, while a process that takes no claim serves our registration
-    /// socket: a previous registrar of an older version, or upstream's, in a surge rollout. Its
-    /// exit removes the socket, and the directory watch wakes us at once (no back-off: every
-    /// moment between its exit and our socket is a moment the driver is unregistered).
-    /// `None`: the path is free, bind now. If the driver socket changed meanwhile (the new
-    /// node-server took over from the old one), the driver is asked again first, so that the
-    /// kubelet's NodeGetInfo finds a driver behind the endpoint.
-    async fn stand_by(&mut self, path: &Path, driver: &Driver) -> Option<Next> {
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        let mut watch = socket::DirWatch::new(dir);
-        if socket::is_served(path) {
-            log::info!(
-                "registration socket {} is served by another process (the previous registrar \
-                 in a rolling update?); standing by until it is gone",
-                path.display()
-            );
-            self.tracker.set_phase(Phase::StandingBy);
-        }
-        while socket::is_served(path) {
-            tokio::select! {
-                biased;
-                () = self.shutdown.clone().wait() => return Some(Next::Shutdown),
-                () = watch.changed() => {}
-            }
-        }
-        log::info!(
-            "registration socket {} is free; taking over",
-            path.display()
-        );
-        if socket::identity_of(&self.settings.csi_address) != driver.socket {
-            return Some(Next::AskDriver);
-        }
-        None
     }
 
     /// Watches one generation of the registration socket until something calls for a new one.

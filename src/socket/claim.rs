@@ -20,7 +20,8 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::lock_file;
 
-use super::{SocketError, io_err};
+use super::SocketError;
+use crate::path_io::PathIoError;
 
 /// What the lock file of a socket adds to the socket's file name.
 pub const LOCK_SUFFIX: &str = ".lock";
@@ -56,11 +57,12 @@ impl Claim {
         match Self::take(socket, FlockArg::LockExclusive)? {
             Ok(claim) => Ok(claim),
             // A blocking flock does not answer EWOULDBLOCK.
-            Err(held) => Err(SocketError::Io {
-                op: "lock",
-                path: lock_path(socket),
-                source: std::io::Error::other(held.holder),
-            }),
+            Err(held) => Err(PathIoError::new(
+                "lock",
+                &lock_path(socket),
+                std::io::Error::other(held.holder),
+            )
+            .into()),
         }
     }
 
@@ -85,7 +87,7 @@ impl Claim {
         let path = lock_path(socket);
         super::create_parent(&path)?;
         loop {
-            let file = lock_file::open(&path).map_err(io_err("open lock file", &path))?;
+            let file = lock_file::open(&path).map_err(PathIoError::at("open lock file", &path))?;
             let mut lock = match Flock::lock(file, how) {
                 Ok(lock) => lock,
                 Err((mut file, Errno::EWOULDBLOCK)) => {
@@ -93,14 +95,14 @@ impl Claim {
                         holder: lock_file::holder(&mut file),
                     }));
                 }
-                Err((_, errno)) => return Err(io_err("lock", &path)(errno.into())),
+                Err((_, errno)) => return Err(PathIoError::errno_at("lock", &path)(errno).into()),
             };
             // The previous holder removed the file before letting go: it is no lock any
             // more, the file now at the path (if any) is.
             if !names(&path, &lock) {
                 continue;
             }
-            lock_file::sign(&mut lock).map_err(io_err("write lock file", &path))?;
+            lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", &path))?;
             return Ok(Ok(Self { path, lock }));
         }
     }
@@ -114,11 +116,11 @@ impl Claim {
 /// Whether the claim failed because the filesystem takes no locks (some FUSE and network
 /// filesystems): the caller then goes on without one.
 pub fn unsupported(error: &SocketError) -> bool {
-    let SocketError::Io { source, .. } = error else {
+    let SocketError::Io(error) = error else {
         return false;
     };
     let unsupported = [Errno::ENOLCK, Errno::EOPNOTSUPP, Errno::ENOSYS].map(|e| e as i32);
-    source
+    error
         .raw_os_error()
         .is_some_and(|code| unsupported.contains(&code))
 }

@@ -1,7 +1,8 @@
 //! The one socket layer every mode uses: address parsing, binding with stale-socket cleanup and
 //! permissions, a guard that removes only our own socket, a claim that lets one of several
-//! would-be servers of a path bind it (`claim`), dialling with back-off, and gRPC serving that
-//! accepts any `:authority` (`authority`).
+//! would-be servers of a path bind it (`claim`), the wait for a path to change hands
+//! (`handover_wait`), dialling with back-off (`dial`), and gRPC serving that accepts any
+//! `:authority` (`authority`).
 //!
 //! Binding is careful because the paths are shared with other processes (the kubelet, a
 //! previous instance of ourselves, an operator's files): a live socket is never stolen, a file
@@ -13,14 +14,16 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::path_io::PathIoError;
+
 mod authority;
 pub mod claim;
 mod dial;
-mod watch;
+mod handover_wait;
 pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, frame, grpc_incoming};
 pub use claim::Claim;
 pub use dial::{DialError, connect, dial};
-pub use watch::DirWatch;
+pub use handover_wait::DirWatch;
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.
 pub const MAX_PATH_BYTES: usize = 107;
@@ -44,24 +47,8 @@ pub enum SocketError {
         path.display()
     )]
     NotASocket { path: PathBuf, kind: &'static str },
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-}
-
-pub(crate) fn io_err<'a>(
-    op: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(io::Error) -> SocketError + 'a {
-    move |source| SocketError::Io {
-        op,
-        path: path.to_owned(),
-        source,
-    }
+    #[error(transparent)]
+    Io(#[from] PathIoError),
 }
 
 /// Parses `unix:///abs/path`, `unix:/abs/path` or `/abs/path` into a socket path.
@@ -105,7 +92,7 @@ fn clear_path(path: &Path) -> Result<(), SocketError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_err("inspect", path)(e)),
+        Err(e) => return Err(PathIoError::at("inspect", path)(e).into()),
     };
     let kind = meta.file_type();
     if !kind.is_socket() {
@@ -127,7 +114,7 @@ fn clear_path(path: &Path) -> Result<(), SocketError> {
         return Err(SocketError::InUse(path.to_owned()));
     }
     log::info!("removing stale socket {}", path.display());
-    std::fs::remove_file(path).map_err(io_err("remove stale socket", path))
+    Ok(std::fs::remove_file(path).map_err(PathIoError::at("remove stale socket", path))?)
 }
 
 /// Whether a process still listens on the socket at `path`. Asked without blocking: a live
@@ -136,7 +123,8 @@ fn has_listener(path: &Path) -> Result<bool, SocketError> {
     use nix::errno::Errno;
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
     use std::os::fd::AsRawFd;
-    let probe_error = |e: Errno| io_err("probe existing socket", path)(e.into());
+    let probe_error =
+        |e: Errno| SocketError::from(PathIoError::errno_at("probe existing socket", path)(e));
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).map_err(probe_error)?;
     let address = UnixAddr::new(path).map_err(probe_error)?;
@@ -168,7 +156,9 @@ fn move_into_place(staged: &Path, path: &Path) -> Result<(), SocketError> {
         ) {
             Ok(()) => return Ok(()),
             Err(nix::errno::Errno::EEXIST) => clear_path(path)?,
-            Err(e) => return Err(io_err("move socket into place at", path)(e.into())),
+            Err(e) => {
+                return Err(PathIoError::errno_at("move socket into place at", path)(e).into());
+            }
         }
     }
     Err(SocketError::InUse(path.to_owned()))
@@ -180,7 +170,7 @@ fn create_parent(path: &Path) -> Result<&Path, SocketError> {
     let parent = path.parent().unwrap_or(Path::new("/"));
     std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
         .create(parent)
-        .map_err(io_err("create directory", parent))?;
+        .map_err(PathIoError::at("create directory", parent))?;
     Ok(parent)
 }
 
@@ -213,22 +203,21 @@ pub fn bind(
         path.to_owned()
     };
     clear_path(&staged)?;
-    let listener =
-        std::os::unix::net::UnixListener::bind(&staged).map_err(io_err("bind", &staged))?;
+    let listener = std::os::unix::net::UnixListener::bind(&staged)
+        .map_err(PathIoError::at("bind", &staged))?;
     let finish = || -> Result<SocketGuard, SocketError> {
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(perms.mode))
-            .map_err(io_err("set mode of", &staged))?;
+            .map_err(PathIoError::at("set mode of", &staged))?;
         if let Some(gid) = perms.gid {
             std::os::unix::fs::lchown(&staged, None, Some(gid))
-                .map_err(io_err("set group of", &staged))?;
+                .map_err(PathIoError::at("set group of", &staged))?;
         }
         if staged != path {
             move_into_place(&staged, path)?;
         }
-        let identity = identity_of(path).ok_or_else(|| SocketError::Io {
-            op: "inspect",
-            path: path.to_owned(),
-            source: io::Error::other("socket vanished right after it was created"),
+        let identity = identity_of(path).ok_or_else(|| {
+            let vanished = io::Error::other("socket vanished right after it was created");
+            PathIoError::new("inspect", path, vanished)
         })?;
         Ok(SocketGuard::new(path.to_owned(), identity))
     };
@@ -249,9 +238,9 @@ pub fn bind_tokio(
     let (listener, guard) = bind(path, perms)?;
     listener
         .set_nonblocking(true)
-        .map_err(io_err("configure", path))?;
+        .map_err(PathIoError::at("configure", path))?;
     let listener =
-        tokio::net::UnixListener::from_std(listener).map_err(io_err("register", path))?;
+        tokio::net::UnixListener::from_std(listener).map_err(PathIoError::at("register", path))?;
     Ok((listener, guard))
 }
 
@@ -280,14 +269,12 @@ pub fn identity_of(path: &Path) -> Option<Identity> {
 static OWNED: Mutex<Vec<(PathBuf, Identity)>> = Mutex::new(Vec::new());
 
 fn owned() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Identity)>> {
-    OWNED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::mutex::lock(&OWNED)
 }
 
 /// Removes the socket file when dropped, but only if the path still holds the very socket we
-/// created (same device, inode and change time): a successor that re-created the path keeps
-/// its socket.
+/// created (same device, inode and modification time, see [`Identity`]): a successor that
+/// re-created the path keeps its socket.
 #[derive(Debug)]
 pub struct SocketGuard {
     path: PathBuf,

@@ -9,10 +9,13 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::copy_file_range;
 use nix::unistd::{Whence, ftruncate, lseek};
+
+use crate::path_io::PathIoError;
 
 // FICLONE = _IOW(0x94, 9, int): the source descriptor is passed by value. nix has no wrapper
 // for it (libc has only the number), and its ioctl macro gives a typed, checked call.
@@ -29,6 +32,13 @@ const BUFFER: usize = 1 << 20;
 pub struct Failed {
     pub op: &'static str,
     pub source: io::Error,
+}
+
+impl Failed {
+    /// The failure named with the path of the file being copied.
+    pub fn on(self, path: &Path) -> PathIoError {
+        PathIoError::new(self.op, path, self.source)
+    }
 }
 
 fn failed(op: &'static str) -> impl FnOnce(Errno) -> Failed {

@@ -16,8 +16,9 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{Gid, Uid, fchown, fchownat};
 use xattr::FileExt;
 
-use super::error::{CopyError, at, errno_at};
-use super::sys::{Stat, proc_path};
+use super::copy_error::CopyError;
+use super::dir_entries::{Stat, proc_path};
+use crate::path_io::PathIoError;
 
 /// An inode to read attributes from or write them to: an open file or directory, or a name in
 /// a directory for what cannot be opened (a symlink, a fifo, a device node).
@@ -73,7 +74,7 @@ fn copy_xattrs(src: &Node<'_>, dst: &Node<'_>, shown: &Path) -> Result<Vec<OsStr
         // A fifo's or symlink's name, gone since it was looked at and copied: the copy keeps
         // what that look saw.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(at("list attributes of", shown)(e)),
+        Err(e) => return Err(PathIoError::at("list attributes of", shown)(e).into()),
     };
     let mut refused = Vec::new();
     for name in names {
@@ -122,22 +123,23 @@ pub fn apply(
             fchownat(*dir, *name, owner.0, owner.1, AtFlags::AT_SYMLINK_NOFOLLOW)
         }
     }
-    .map_err(errno_at("chown", dst_shown))?;
+    .map_err(PathIoError::errno_at("chown", dst_shown))?;
     let refused = copy_xattrs(src, dst, shown)?;
     match dst {
         Node::Open(file) => {
-            fchmod(file.as_fd(), mode).map_err(errno_at("chmod", dst_shown))?;
-            futimens(file.as_fd(), &atime, &mtime).map_err(errno_at("set times of", dst_shown))?;
+            fchmod(file.as_fd(), mode).map_err(PathIoError::errno_at("chmod", dst_shown))?;
+            futimens(file.as_fd(), &atime, &mtime)
+                .map_err(PathIoError::errno_at("set times of", dst_shown))?;
         }
         Node::Entry { dir, name } => {
             // Symlinks have no mode of their own on Linux. Anything else here is a node we
             // just made in our private tree, so following the (non-)link is safe.
             if !symlink {
                 fchmodat(*dir, *name, mode, FchmodatFlags::FollowSymlink)
-                    .map_err(errno_at("chmod", dst_shown))?;
+                    .map_err(PathIoError::errno_at("chmod", dst_shown))?;
             }
             utimensat(*dir, *name, &atime, &mtime, UtimensatFlags::NoFollowSymlink)
-                .map_err(errno_at("set times of", dst_shown))?;
+                .map_err(PathIoError::errno_at("set times of", dst_shown))?;
         }
     }
     Ok(refused)

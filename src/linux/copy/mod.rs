@@ -27,14 +27,19 @@
 //! which nix does not wrap and which gives the mount ID that tells a bind mount of the same
 //! filesystem apart; nix's ioctl macro for `FICLONE`; the `xattr` crate for extended
 //! attributes, which nix lacks (it sizes buffers and retries the `ERANGE` race).
+//!
+//! Files: `walker` (the depth-first walk of a tree copy), `data` (one file's data: reflink,
+//! else the data extents), `meta` (owners, attributes, modes, times), `dir_entries` (`statx`
+//! and opens relative to a directory, its names), [`partial`] (the temporary name), `usage`
+//! (what a tree holds, as a quota charges it), `copy_error` ([`CopyError`]).
 
+mod copy_error;
 mod data;
-pub mod error;
+mod dir_entries;
 mod meta;
 mod partial;
-mod sys;
-mod tree;
 mod usage;
+mod walker;
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -44,10 +49,10 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::unistd::{fsync, syncfs};
 
-pub use error::CopyError;
-use error::errno_at;
+use crate::path_io::PathIoError;
+pub use copy_error::CopyError;
+pub use dir_entries::read_names;
 use partial::Partial;
-pub use sys::read_names;
 pub use usage::{TreeUsage, tree_usage};
 
 /// The deepest tree a copy or a removal goes into: each level holds two descriptors open.
@@ -148,39 +153,40 @@ fn split(path: &Path) -> Option<(&Path, &OsStr)> {
 /// The destination's parent, open, and its new name; the name must be free.
 fn destination(dst: &Path) -> Result<(File, PathBuf, OsString), CopyError> {
     let (parent, name) = split(dst).ok_or_else(|| CopyError::BadDestination(dst.to_owned()))?;
-    let dir = File::open(parent).map_err(error::at("open", parent))?;
-    match sys::statx(dir.as_fd(), name) {
+    let dir = File::open(parent).map_err(PathIoError::at("open", parent))?;
+    match dir_entries::statx(dir.as_fd(), name) {
         Ok(_) => Err(CopyError::DestinationExists(dst.to_owned())),
         Err(Errno::ENOENT) => Ok((dir, parent.to_owned(), name.to_owned())),
-        Err(e) => Err(errno_at("stat", dst)(e)),
+        Err(e) => Err(PathIoError::errno_at("stat", dst)(e).into()),
     }
 }
 
 /// The source root of a tree copy, open, with its `statx`.
-fn open_source_dir(src: &Path) -> Result<(File, sys::Stat), CopyError> {
-    let src_dir = match sys::open_dir(nix::fcntl::AT_FDCWD, src.as_os_str()) {
+fn open_source_dir(src: &Path) -> Result<(File, dir_entries::Stat), CopyError> {
+    let src_dir = match dir_entries::open_dir(nix::fcntl::AT_FDCWD, src.as_os_str()) {
         Ok(fd) => File::from(fd),
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
             return Err(CopyError::SourceNotADirectory(src.to_owned()));
         }
-        Err(e) => return Err(errno_at("open", src)(e)),
+        Err(e) => return Err(PathIoError::errno_at("open", src)(e).into()),
     };
-    let root = sys::statx(src_dir.as_fd(), OsStr::new("")).map_err(errno_at("stat", src))?;
+    let root = dir_entries::statx(src_dir.as_fd(), OsStr::new(""))
+        .map_err(PathIoError::errno_at("stat", src))?;
     Ok((src_dir, root))
 }
 
 /// Walks `src` into the open directory `dst_dir` (shown as `dst`) and flushes the result.
 fn walk_into(
     src: &Path,
-    (src_dir, root): (File, sys::Stat),
+    (src_dir, root): (File, dir_entries::Stat),
     dst: PathBuf,
     dst_dir: &File,
     options: Options,
 ) -> Result<Report, CopyError> {
-    let clone = || dst_dir.try_clone().map_err(error::at("open", &dst));
-    let walker = tree::Walker::new(options, src, root, dst.clone(), clone()?)?;
+    let clone = || dst_dir.try_clone().map_err(PathIoError::at("open", &dst));
+    let walker = walker::Walker::new(options, src, root, dst.clone(), clone()?)?;
     let report = walker.run(src_dir, clone()?)?;
-    syncfs(dst_dir.as_fd()).map_err(errno_at("sync", &dst))?;
+    syncfs(dst_dir.as_fd()).map_err(PathIoError::errno_at("sync", &dst))?;
     Ok(report)
 }
 
@@ -203,14 +209,15 @@ pub fn copy_tree(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
 /// caller's record is the commit, and on failure the caller removes `dst`. Durable on success.
 pub fn copy_tree_into(src: &Path, dst: &Path, options: Options) -> Result<Report, CopyError> {
     let source = open_source_dir(src)?;
-    let dst_dir = match sys::open_dir(nix::fcntl::AT_FDCWD, dst.as_os_str()) {
+    let dst_dir = match dir_entries::open_dir(nix::fcntl::AT_FDCWD, dst.as_os_str()) {
         Ok(fd) => File::from(fd),
         Err(Errno::ENOTDIR | Errno::ELOOP) => {
             return Err(CopyError::BadDestination(dst.to_owned()));
         }
-        Err(e) => return Err(errno_at("open", dst)(e)),
+        Err(e) => return Err(PathIoError::errno_at("open", dst)(e).into()),
     };
-    let names = sys::read_names(dst_dir.as_fd()).map_err(errno_at("read directory", dst))?;
+    let names = dir_entries::read_names(dst_dir.as_fd())
+        .map_err(PathIoError::errno_at("read directory", dst))?;
     if !names.is_empty() {
         return Err(CopyError::DestinationNotEmpty(dst.to_owned()));
     }
@@ -222,23 +229,19 @@ pub fn copy_tree_into(src: &Path, dst: &Path, options: Options) -> Result<Report
 pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, CopyError> {
     let (src_parent, src_name) =
         split(src).ok_or_else(|| CopyError::SourceNotARegularFile(src.to_owned()))?;
-    let src_dir = File::open(src_parent).map_err(error::at("open", src_parent))?;
-    let (src_file, stat) = match sys::open_regular(src_dir.as_fd(), src_name) {
+    let src_dir = File::open(src_parent).map_err(PathIoError::at("open", src_parent))?;
+    let (src_file, stat) = match dir_entries::open_regular(src_dir.as_fd(), src_name) {
         Ok(Some(opened)) => opened,
         Ok(None) | Err(Errno::ELOOP) => {
             return Err(CopyError::SourceNotARegularFile(src.to_owned()));
         }
-        Err(e) => return Err(errno_at("open", src)(e)),
+        Err(e) => return Err(PathIoError::errno_at("open", src)(e).into()),
     };
     let (parent, parent_path, name) = destination(dst)?;
     let (partial, dst_file) = Partial::file(&parent, &parent_path, &name)?;
     let copied = data::Engine::new(options.reflink)
         .copy(&src_file, &dst_file, stat.size)
-        .map_err(|f| CopyError::Io {
-            op: f.op,
-            path: src.to_owned(),
-            source: f.source,
-        })?;
+        .map_err(|f| f.on(src))?;
     let refused = meta::apply(
         &meta::Node::Open(&src_file),
         &meta::Node::Open(&dst_file),
@@ -246,7 +249,7 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
         src,
         &partial.path(),
     )?;
-    fsync(dst_file.as_fd()).map_err(errno_at("sync", &partial.path()))?;
+    fsync(dst_file.as_fd()).map_err(PathIoError::errno_at("sync", &partial.path()))?;
     partial.commit(&name)?;
     Ok(Report {
         files: 1,
@@ -270,8 +273,9 @@ pub fn copy_file(src: &Path, dst: &Path, options: Options) -> Result<Report, Cop
 /// is making now; returns the names removed. Meant for start-up and for sweeps of directories
 /// copies are made into.
 pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
-    let parent = File::open(dir).map_err(error::at("open", dir))?;
-    let names = sys::read_names(parent.as_fd()).map_err(errno_at("read directory", dir))?;
+    let parent = File::open(dir).map_err(PathIoError::at("open", dir))?;
+    let names = dir_entries::read_names(parent.as_fd())
+        .map_err(PathIoError::errno_at("read directory", dir))?;
     let mut removed = Vec::new();
     for name in names {
         if name
@@ -289,8 +293,9 @@ pub fn remove_partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
 /// The temporary names in `dir` that interrupted copies left (not those of copies this
 /// process is making now), for a caller that removes them later.
 pub fn partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
-    let parent = File::open(dir).map_err(error::at("open", dir))?;
-    let names = sys::read_names(parent.as_fd()).map_err(errno_at("read directory", dir))?;
+    let parent = File::open(dir).map_err(PathIoError::at("open", dir))?;
+    let names = dir_entries::read_names(parent.as_fd())
+        .map_err(PathIoError::errno_at("read directory", dir))?;
     Ok(names
         .into_iter()
         .filter(|name| {
@@ -305,6 +310,6 @@ pub fn partials(dir: &Path) -> Result<Vec<OsString>, CopyError> {
 /// another mount (`CopyError::MountPoint`). For deleting snapshots. A missing path is success.
 pub fn remove_tree(path: &Path) -> Result<(), CopyError> {
     let (parent, name) = split(path).ok_or_else(|| CopyError::BadDestination(path.to_owned()))?;
-    let dir = File::open(parent).map_err(error::at("open", parent))?;
+    let dir = File::open(parent).map_err(PathIoError::at("open", parent))?;
     partial::remove_entry(dir.as_fd(), name, path)
 }

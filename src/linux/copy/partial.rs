@@ -21,8 +21,9 @@ use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, fsync, unlinkat};
 
 use super::MAX_DEPTH;
-use super::error::{CopyError, errno_at};
-use super::sys::{open_dir, read_names, statx};
+use super::copy_error::CopyError;
+use super::dir_entries::{open_dir, read_names, statx};
+use crate::path_io::PathIoError;
 
 /// What every temporary name starts with.
 pub const PREFIX: &str = ".partial-";
@@ -33,10 +34,7 @@ static ACTIVE: Mutex<BTreeSet<OsString>> = Mutex::new(BTreeSet::new());
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn active() -> std::sync::MutexGuard<'static, BTreeSet<OsString>> {
-    // A panic while holding the lock leaves the set itself intact.
-    ACTIVE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::mutex::lock(&ACTIVE)
 }
 
 pub fn is_active(name: &OsStr) -> bool {
@@ -77,8 +75,9 @@ impl<'a> Partial<'a> {
         let partial = Self::reserve(parent, parent_path, final_name);
         let path = partial.path();
         mkdirat(parent.as_fd(), partial.name.as_os_str(), Mode::S_IRWXU)
-            .map_err(errno_at("create", &path))?;
-        let fd = open_dir(parent.as_fd(), &partial.name).map_err(errno_at("open", &path))?;
+            .map_err(PathIoError::errno_at("create", &path))?;
+        let fd = open_dir(parent.as_fd(), &partial.name)
+            .map_err(PathIoError::errno_at("open", &path))?;
         Ok((partial, File::from(fd)))
     }
 
@@ -97,7 +96,7 @@ impl<'a> Partial<'a> {
             flags,
             Mode::S_IRUSR | Mode::S_IWUSR,
         )
-        .map_err(errno_at("create", &partial.path()))?;
+        .map_err(PathIoError::errno_at("create", &partial.path()))?;
         Ok((partial, File::from(fd)))
     }
 
@@ -119,10 +118,10 @@ impl<'a> Partial<'a> {
         ) {
             Ok(()) => {}
             Err(Errno::EEXIST) => return Err(CopyError::DestinationExists(dst)),
-            Err(e) => return Err(errno_at("rename into place", &dst)(e)),
+            Err(e) => return Err(PathIoError::errno_at("rename into place", &dst)(e).into()),
         }
         self.committed = true;
-        fsync(parent).map_err(errno_at("sync", self.parent_path))
+        Ok(fsync(parent).map_err(PathIoError::errno_at("sync", self.parent_path))?)
     }
 }
 
@@ -148,11 +147,11 @@ struct Level {
 /// Removes `name` in `parent` and, if it is a directory, everything under it. Refuses (with
 /// nothing under the mount point removed) to cross into another mount.
 pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), CopyError> {
-    let base = statx(parent, OsStr::new("")).map_err(errno_at("stat", path))?;
+    let base = statx(parent, OsStr::new("")).map_err(PathIoError::errno_at("stat", path))?;
     let stat = match statx(parent, name) {
         Ok(stat) => stat,
         Err(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(errno_at("stat", path)(e)),
+        Err(e) => return Err(PathIoError::errno_at("stat", path)(e).into()),
     };
     if !stat.same_mount(&base) {
         return Err(CopyError::MountPoint(path.to_owned()));
@@ -175,7 +174,7 @@ pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result
         let stat = match statx(top.dir.as_fd(), &child) {
             Ok(stat) => stat,
             Err(Errno::ENOENT) => continue,
-            Err(e) => return Err(errno_at("stat", &child_path)(e)),
+            Err(e) => return Err(PathIoError::errno_at("stat", &child_path)(e).into()),
         };
         if !stat.same_mount(&base) {
             return Err(CopyError::MountPoint(child_path));
@@ -201,8 +200,8 @@ pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result
 }
 
 fn open_level(parent: BorrowedFd<'_>, name: &OsStr, path: PathBuf) -> Result<Level, CopyError> {
-    let dir = File::from(open_dir(parent, name).map_err(errno_at("open", &path))?);
-    let names = read_names(dir.as_fd()).map_err(errno_at("read directory", &path))?;
+    let dir = File::from(open_dir(parent, name).map_err(PathIoError::errno_at("open", &path))?);
+    let names = read_names(dir.as_fd()).map_err(PathIoError::errno_at("read directory", &path))?;
     Ok(Level {
         dir,
         name: name.to_owned(),
@@ -219,7 +218,7 @@ fn unlink(
 ) -> Result<(), CopyError> {
     match unlinkat(dir, name, how) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
-        Err(e) => Err(errno_at("remove", path)(e)),
+        Err(e) => Err(PathIoError::errno_at("remove", path)(e).into()),
     }
 }
 

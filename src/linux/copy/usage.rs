@@ -12,9 +12,10 @@ use std::path::Path;
 
 use nix::errno::Errno;
 
-use super::error::{CopyError, errno_at};
-use super::sys::{Stat, open_dir, read_names, statx};
+use super::copy_error::CopyError;
+use super::dir_entries::{Stat, open_dir, read_names, statx};
 use super::{MAX_DEPTH, open_source_dir};
+use crate::path_io::PathIoError;
 
 /// A tree's allocated bytes and inodes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,14 +62,14 @@ impl Walk {
         let names = match read_names(dir) {
             Ok(names) => names,
             Err(Errno::ENOENT) => return Ok(()),
-            Err(e) => return Err(errno_at("read directory", path)(e)),
+            Err(e) => return Err(PathIoError::errno_at("read directory", path)(e).into()),
         };
         for name in names {
             let child = path.join(&name);
             let stat = match statx(dir, &name) {
                 Ok(stat) => stat,
                 Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(errno_at("stat", &child)(e)),
+                Err(e) => return Err(PathIoError::errno_at("stat", &child)(e).into()),
             };
             // A mount point is not copied, and what is under it is not ours to count.
             if !stat.same_mount(&self.root) {
@@ -102,7 +103,7 @@ impl Walk {
             Ok(fd) => self.dir(fd.as_fd(), path, depth + 1),
             // Gone, or swapped for something else under the name: nothing to count there.
             Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => Ok(()),
-            Err(e) => Err(errno_at("open", path)(e)),
+            Err(e) => Err(PathIoError::errno_at("open", path)(e).into()),
         }
     }
 }

@@ -4,15 +4,18 @@
 
 use std::fs::OpenOptions;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
-use super::error::{LoopError, at, errno_at};
 use super::ioctl::{self, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_READ_ONLY};
-use super::{ATTACH_ATTEMPTS, AttachOptions, Identity, LoopDevice, Status, TAG, device_node, find};
+use super::loop_error::LoopError;
+use super::{
+    ATTACH_ATTEMPTS, AttachOptions, Identity, LoopDevice, Status, TAG, backing, device_node, find,
+};
+use crate::path_io::PathIoError;
 
 /// `lo_file_name` for a device of ours: the tag, then as much of the path's end as fits.
 fn label(file: &Path) -> [u8; ioctl::NAME_SIZE] {
@@ -27,16 +30,9 @@ fn label(file: &Path) -> [u8; ioctl::NAME_SIZE] {
 
 /// Attaches `file` to a free loop device, always a new one (see [`find_or_attach`]).
 pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> {
-    let backing = OpenOptions::new()
-        .read(true)
-        .write(!options.read_only)
-        .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits())
-        .open(file)
-        .map_err(at("open", file))?;
-    let meta = backing.metadata().map_err(at("stat", file))?;
-    if !meta.file_type().is_file() {
-        return Err(LoopError::NotARegularFile(file.to_owned()));
-    }
+    let writable = !options.read_only;
+    let (backing, meta) =
+        backing::open_backing_file(file, OpenOptions::new().read(true).write(writable))?;
     let identity = Identity {
         dev: meta.dev(),
         ino: meta.ino(),
@@ -58,7 +54,7 @@ pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> 
     };
     let control = device_node::open_control()?;
     for _ in 0..ATTACH_ATTEMPTS {
-        let n = ioctl::get_free(control.as_fd()).map_err(errno_at(
+        let n = ioctl::get_free(control.as_fd()).map_err(PathIoError::errno_at(
             "find a free device (LOOP_CTL_GET_FREE) with",
             Path::new(device_node::CONTROL),
         ))?;
@@ -78,17 +74,22 @@ pub fn attach(file: &Path, options: AttachOptions) -> Result<Status, LoopError> 
                 config.info.lo_flags &= !LO_FLAGS_DIRECT_IO;
                 continue;
             }
-            Err(e) => return Err(errno_at("attach (LOOP_CONFIGURE)", &device.path())(e)),
+            Err(e) => {
+                return Err(
+                    PathIoError::errno_at("attach (LOOP_CONFIGURE)", &device.path())(e).into(),
+                );
+            }
         }
         // Read back what the kernel holds; a device we cannot confirm is not left attached.
         let status = match ioctl::get_status(dev.as_fd()) {
             Ok(info) => Status::from_info(device, &info),
             Err(e) => {
                 let _ = ioctl::clear_fd(dev.as_fd());
-                return Err(errno_at(
+                return Err(PathIoError::errno_at(
                     "get status (LOOP_GET_STATUS64) of",
                     &device.path(),
-                )(e));
+                )(e)
+                .into());
             }
         };
         if !status.is_ours_for(identity) {
@@ -142,11 +143,15 @@ fn keep(status: Status) -> Result<Status, LoopError> {
     }
     let path = status.device.path();
     let dev = device_node::open_device(status.device.0, OFlag::O_RDONLY)?;
-    let mut info = ioctl::get_status(dev.as_fd())
-        .map_err(errno_at("get status (LOOP_GET_STATUS64) of", &path))?;
+    let mut info = ioctl::get_status(dev.as_fd()).map_err(PathIoError::errno_at(
+        "get status (LOOP_GET_STATUS64) of",
+        &path,
+    ))?;
     info.lo_flags &= !LO_FLAGS_AUTOCLEAR;
-    ioctl::set_status(dev.as_fd(), &info)
-        .map_err(errno_at("clear autoclear (LOOP_SET_STATUS64) of", &path))?;
+    ioctl::set_status(dev.as_fd(), &info).map_err(PathIoError::errno_at(
+        "clear autoclear (LOOP_SET_STATUS64) of",
+        &path,
+    ))?;
     Ok(Status::from_info(status.device, &info))
 }
 

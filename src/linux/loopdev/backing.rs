@@ -11,7 +11,8 @@ use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, OFlag};
 use nix::unistd::linkat;
 
-use super::error::{LoopError, at, errno_at};
+use super::loop_error::LoopError;
+use crate::path_io::PathIoError;
 
 /// Loop devices count in 512-byte sectors; a tail shorter than that would be invisible.
 const SECTOR: u64 = 512;
@@ -38,16 +39,16 @@ pub fn create_backing_file(path: &Path, size: u64) -> Result<bool, LoopError> {
         (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => (parent, name),
         _ => (Path::new("."), path.as_os_str()),
     };
-    let dir = File::open(parent).map_err(at("open", parent))?;
+    let dir = File::open(parent).map_err(PathIoError::at("open", parent))?;
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .mode(0o600)
         .custom_flags(OFlag::O_TMPFILE.bits() | OFlag::O_CLOEXEC.bits())
         .open(parent)
-        .map_err(at("create an unnamed file in", parent))?;
-    file.set_len(size).map_err(at("size", path))?;
-    file.sync_all().map_err(at("sync", path))?;
+        .map_err(PathIoError::at("create an unnamed file in", parent))?;
+    file.set_len(size).map_err(PathIoError::at("size", path))?;
+    file.sync_all().map_err(PathIoError::at("sync", path))?;
     // Linking the descriptor gives the inode its name atomically, and never over another.
     let fd_path = PathBuf::from(format!(
         "/proc/self/fd/{}",
@@ -63,9 +64,9 @@ pub fn create_backing_file(path: &Path, size: u64) -> Result<bool, LoopError> {
         Ok(()) => {}
         // Made meanwhile by someone else: judge it as if it had been there.
         Err(Errno::EEXIST) => return matches_existing(path, size),
-        Err(e) => return Err(errno_at("link", path)(e)),
+        Err(e) => return Err(PathIoError::errno_at("link", path)(e).into()),
     }
-    dir.sync_all().map_err(at("sync", parent))?;
+    dir.sync_all().map_err(PathIoError::at("sync", parent))?;
     Ok(true)
 }
 
@@ -78,7 +79,7 @@ fn matches_existing(path: &Path, size: u64) -> Result<bool, LoopError> {
             size: existing,
             requested: size,
         }),
-        None => Err(errno_at("create", path)(Errno::ENOENT)),
+        None => Err(PathIoError::errno_at("create", path)(Errno::ENOENT).into()),
     }
 }
 
@@ -88,23 +89,32 @@ fn existing_size(path: &Path) -> Result<Option<u64>, LoopError> {
         Ok(meta) if meta.file_type().is_file() => Ok(Some(meta.size())),
         Ok(_) => Err(LoopError::NotARegularFile(path.to_owned())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(at("stat", path)(e)),
+        Err(e) => Err(PathIoError::at("stat", path)(e).into()),
     }
+}
+
+/// Opens the volume's file at `path` as `options` say, never through a symlink, and reads its
+/// metadata: anything but a regular file is refused.
+pub(super) fn open_backing_file(
+    path: &Path,
+    options: &mut OpenOptions,
+) -> Result<(File, std::fs::Metadata), LoopError> {
+    let file = options
+        .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits())
+        .open(path)
+        .map_err(PathIoError::at("open", path))?;
+    let meta = file.metadata().map_err(PathIoError::at("stat", path))?;
+    if !meta.file_type().is_file() {
+        return Err(LoopError::NotARegularFile(path.to_owned()));
+    }
+    Ok((file, meta))
 }
 
 /// Grows the file at `path` to `size` bytes (the new part is a hole) and makes that durable;
 /// returns the size before. The same size is a no-op; a smaller one is refused.
 pub fn grow_backing_file(path: &Path, size: u64) -> Result<u64, LoopError> {
     check_size(path, size)?;
-    let file = OpenOptions::new()
-        .write(true)
-        .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits())
-        .open(path)
-        .map_err(at("open", path))?;
-    let meta = file.metadata().map_err(at("stat", path))?;
-    if !meta.file_type().is_file() {
-        return Err(LoopError::NotARegularFile(path.to_owned()));
-    }
+    let (file, meta) = open_backing_file(path, OpenOptions::new().write(true))?;
     let before = meta.size();
     if size < before {
         return Err(LoopError::Shrink {
@@ -114,8 +124,8 @@ pub fn grow_backing_file(path: &Path, size: u64) -> Result<u64, LoopError> {
         });
     }
     if size > before {
-        file.set_len(size).map_err(at("grow", path))?;
-        file.sync_all().map_err(at("sync", path))?;
+        file.set_len(size).map_err(PathIoError::at("grow", path))?;
+        file.sync_all().map_err(PathIoError::at("sync", path))?;
     }
     Ok(before)
 }

@@ -7,9 +7,10 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
-use super::error::{LoopError, errno_at};
 use super::ioctl::{self, LO_FLAGS_AUTOCLEAR};
+use super::loop_error::LoopError;
 use super::{BUSY_RETRIES, BUSY_WAIT, Identity, LoopDevice, Status, device_node};
+use crate::path_io::PathIoError;
 
 /// Opens `device` and proves it ours for `identity`; `None` if it is not bound.
 fn open_ours(
@@ -27,10 +28,10 @@ fn open_ours(
         Ok(info) => info,
         Err(Errno::ENXIO) => return Ok(None),
         Err(e) => {
-            return Err(errno_at(
-                "get status (LOOP_GET_STATUS64) of",
-                &device.path(),
-            )(e));
+            return Err(
+                PathIoError::errno_at("get status (LOOP_GET_STATUS64) of", &device.path())(e)
+                    .into(),
+            );
         }
     };
     if !Status::from_info(device, &info).is_ours_for(identity) {
@@ -75,7 +76,7 @@ fn detach_once(device: LoopDevice, file: &Path, identity: Identity) -> Result<De
     let dev = match open_ours(device, file, identity, OFlag::O_RDONLY | OFlag::O_EXCL) {
         Ok(Some(dev)) => dev,
         Ok(None) => return Ok(Detach::Done),
-        Err(LoopError::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::EBUSY) => {
+        Err(LoopError::Io(e)) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
             return Ok(Detach::Busy("mounted or held by another driver"));
         }
         Err(e) => return Err(e),
@@ -83,19 +84,23 @@ fn detach_once(device: LoopDevice, file: &Path, identity: Identity) -> Result<De
     match ioctl::clear_fd(dev.as_fd()) {
         Ok(()) => {}
         Err(Errno::ENXIO) => return Ok(Detach::Done),
-        Err(e) => return Err(errno_at("detach (LOOP_CLR_FD)", &path)(e)),
+        Err(e) => return Err(PathIoError::errno_at("detach (LOOP_CLR_FD)", &path)(e).into()),
     }
     match ioctl::get_status(dev.as_fd()) {
         // We were its only opener: the kernel is running it down and clears it as we close.
         Err(Errno::ENXIO) => Ok(Detach::Done),
-        Err(e) => Err(errno_at("get status (LOOP_GET_STATUS64) of", &path)(e)),
+        Err(e) => Err(PathIoError::errno_at("get status (LOOP_GET_STATUS64) of", &path)(e).into()),
         // Someone else has it open: the kernel only set autoclear. Take that back.
         Ok(mut info) => {
             info.lo_flags &= !LO_FLAGS_AUTOCLEAR;
             match ioctl::set_status(dev.as_fd(), &info) {
                 Ok(()) => Ok(Detach::Busy("open by another process")),
                 Err(Errno::ENXIO) => Ok(Detach::Done),
-                Err(e) => Err(errno_at("clear autoclear (LOOP_SET_STATUS64) of", &path)(e)),
+                Err(e) => Err(PathIoError::errno_at(
+                    "clear autoclear (LOOP_SET_STATUS64) of",
+                    &path,
+                )(e)
+                .into()),
             }
         }
     }
@@ -107,10 +112,13 @@ pub fn refresh_capacity(device: LoopDevice, file: &Path) -> Result<u64, LoopErro
     let identity = Identity::of(file)?;
     let path = device.path();
     let dev = open_ours(device, file, identity, OFlag::O_RDONLY)?
-        .ok_or_else(|| errno_at("refresh", &path)(Errno::ENXIO))?;
-    ioctl::set_capacity(dev.as_fd())
-        .map_err(errno_at("refresh capacity (LOOP_SET_CAPACITY) of", &path))?;
-    ioctl::size(dev.as_fd()).map_err(errno_at("get size (BLKGETSIZE64) of", &path))
+        .ok_or_else(|| PathIoError::errno_at("refresh", &path)(Errno::ENXIO))?;
+    ioctl::set_capacity(dev.as_fd()).map_err(PathIoError::errno_at(
+        "refresh capacity (LOOP_SET_CAPACITY) of",
+        &path,
+    ))?;
+    Ok(ioctl::size(dev.as_fd())
+        .map_err(PathIoError::errno_at("get size (BLKGETSIZE64) of", &path))?)
 }
 
 /// Writes what the device's page cache holds through to its file and the file to disk
@@ -119,8 +127,9 @@ pub fn refresh_capacity(device: LoopDevice, file: &Path) -> Result<u64, LoopErro
 pub fn flush(device: LoopDevice) -> Result<(), LoopError> {
     let path = device.path();
     let dev = device_node::open_device(device.0, OFlag::O_RDONLY)?;
-    dev.sync_all()
-        .map_err(super::error::at("flush (fsync)", &path))
+    Ok(dev
+        .sync_all()
+        .map_err(PathIoError::at("flush (fsync)", &path))?)
 }
 
 /// Turns direct I/O on or off on a device of ours, at once (the kernel drains its queue
@@ -129,11 +138,13 @@ pub fn set_direct_io(device: LoopDevice, file: &Path, on: bool) -> Result<bool, 
     let identity = Identity::of(file)?;
     let path = device.path();
     let dev = open_ours(device, file, identity, OFlag::O_RDONLY)?
-        .ok_or_else(|| errno_at("switch direct I/O of", &path)(Errno::ENXIO))?;
+        .ok_or_else(|| PathIoError::errno_at("switch direct I/O of", &path)(Errno::ENXIO))?;
     match ioctl::set_direct_io(dev.as_fd(), on) {
         Ok(()) => Ok(true),
         Err(Errno::EINVAL) if on => Ok(false),
-        Err(e) => Err(errno_at("switch direct I/O (LOOP_SET_DIRECT_IO) of", &path)(e)),
+        Err(e) => {
+            Err(PathIoError::errno_at("switch direct I/O (LOOP_SET_DIRECT_IO) of", &path)(e).into())
+        }
     }
 }
 
@@ -141,5 +152,6 @@ pub fn set_direct_io(device: LoopDevice, file: &Path, on: bool) -> Result<bool, 
 pub fn size(device: LoopDevice) -> Result<u64, LoopError> {
     let path = device.path();
     let dev = device_node::open_device(device.0, OFlag::O_RDONLY)?;
-    ioctl::size(dev.as_fd()).map_err(errno_at("get size (BLKGETSIZE64) of", &path))
+    Ok(ioctl::size(dev.as_fd())
+        .map_err(PathIoError::errno_at("get size (BLKGETSIZE64) of", &path))?)
 }

@@ -11,7 +11,8 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, SFlag, mknod};
 
-use super::error::{LoopError, errno_at};
+use super::loop_error::LoopError;
+use crate::path_io::PathIoError;
 
 pub const CONTROL: &str = "/dev/loop-control";
 /// The loop control device is misc 10:237 everywhere (`LOOP_CTRL_MINOR`).
@@ -51,15 +52,15 @@ fn open_node(
             let dev = nix::libc::makedev(major, minor);
             match mknod(path, kind, Mode::from_bits_truncate(0o660), dev) {
                 Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(errno_at("create device node", path)(e)),
+                Err(e) => return Err(PathIoError::errno_at("create device node", path)(e).into()),
             }
             open(path, flags, Mode::empty())
         }
         other => other,
     }
-    .map_err(errno_at("open", path))?;
+    .map_err(PathIoError::errno_at("open", path))?;
     let file = File::from(fd);
-    let meta = file.metadata().map_err(super::error::at("stat", path))?;
+    let meta = file.metadata().map_err(PathIoError::at("stat", path))?;
     let right_kind = if kind == SFlag::S_IFBLK {
         meta.file_type().is_block_device()
     } else {
@@ -96,8 +97,8 @@ pub fn open_device(n: u32, flags: OFlag) -> Result<File, LoopError> {
 pub fn bound() -> Result<Vec<u32>, LoopError> {
     let dir = Path::new("/sys/block");
     let mut numbers = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(super::error::at("list", dir))? {
-        let entry = entry.map_err(super::error::at("list", dir))?;
+    for entry in std::fs::read_dir(dir).map_err(PathIoError::at("list", dir))? {
+        let entry = entry.map_err(PathIoError::at("list", dir))?;
         let name = entry.file_name();
         let Some(n) = name
             .to_str()
@@ -116,5 +117,5 @@ pub fn bound() -> Result<Vec<u32>, LoopError> {
 
 /// Whether an error means "that device is gone or not bound" rather than a failure.
 pub fn is_gone(e: &LoopError) -> bool {
-    matches!(e, LoopError::Io { source, .. } if matches!(source.raw_os_error(), Some(nix::libc::ENXIO | nix::libc::ENOENT | nix::libc::ENODEV)))
+    matches!(e, LoopError::Io(e) if matches!(e.raw_os_error(), Some(nix::libc::ENXIO | nix::libc::ENOENT | nix::libc::ENODEV)))
 }

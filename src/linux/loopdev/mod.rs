@@ -17,8 +17,8 @@
 //! fails while it is mounted or held by another driver), and if the device is still bound after
 //! `LOOP_CLR_FD` (another opener), it clears autoclear again and reports [`LoopError::Busy`].
 //!
-//! [`LoopDevices`] (in `seam`) puts the calls node-server makes behind a trait, with a
-//! recording fake for unit tests.
+//! [`LoopDevices`] (in `loop_seam`) puts the calls node-server makes behind a trait, with
+//! a recording fake for unit tests. [`LoopError`] is in `loop_error`.
 //!
 //! Callers serialise calls per file (node-server's per-volume lock): two concurrent
 //! [`find_or_attach`] of one file could each attach a device.
@@ -27,9 +27,9 @@ mod attach;
 mod backing;
 mod detach;
 mod device_node;
-pub mod error;
 mod ioctl;
-pub mod seam;
+mod loop_error;
+pub mod loop_seam;
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -39,13 +39,16 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
+use crate::path_io::PathIoError;
 pub use attach::{attach, find_or_attach};
 pub use backing::{create_backing_file, grow_backing_file};
 pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
-pub use error::LoopError;
-use error::{at, errno_at};
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
-pub use seam::{KernelLoops, LoopDevices};
+pub use loop_error::LoopError;
+/// The trait and its fake by their old name, kept while node-server's tests still call it
+/// `seam`.
+pub use loop_seam as seam;
+pub use loop_seam::{KernelLoops, LoopDevices};
 
 /// What `lo_file_name` of every device this driver attaches starts with.
 pub const TAG: &str = "csi-nodekit:";
@@ -66,7 +69,7 @@ pub struct Identity {
 impl Identity {
     /// The identity of the regular file at `file` (a symlink is not followed).
     pub fn of(file: &Path) -> Result<Self, LoopError> {
-        let meta = std::fs::symlink_metadata(file).map_err(at("stat", file))?;
+        let meta = std::fs::symlink_metadata(file).map_err(PathIoError::at("stat", file))?;
         if !meta.file_type().is_file() {
             return Err(LoopError::NotARegularFile(file.to_owned()));
         }
@@ -175,10 +178,9 @@ pub fn status(device: LoopDevice) -> Result<Option<Status>, LoopError> {
     match ioctl::get_status(file.as_fd()) {
         Ok(info) => Ok(Some(Status::from_info(device, &info))),
         Err(Errno::ENXIO) => Ok(None),
-        Err(e) => Err(errno_at(
-            "get status (LOOP_GET_STATUS64) of",
-            &device.path(),
-        )(e)),
+        Err(e) => Err(
+            PathIoError::errno_at("get status (LOOP_GET_STATUS64) of", &device.path())(e).into(),
+        ),
     }
 }
 

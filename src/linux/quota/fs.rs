@@ -14,8 +14,9 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::error::{QuotaError, QuotaOp};
+use super::quota_error::{QuotaError, QuotaOp};
 use super::sys;
+use crate::path_io::PathIoError;
 
 /// The filesystems whose project quotas this layer drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,14 +73,9 @@ impl QuotaFs {
     }
 
     fn open_with(path: &Path, via_device: bool) -> Result<Self, QuotaError> {
-        let root = open_dir(path).map_err(|source| QuotaError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
-        let statfs = nix::sys::statfs::fstatfs(&root).map_err(|e| QuotaError::Statfs {
-            path: path.to_owned(),
-            source: e.into(),
-        })?;
+        let root = open_dir(path).map_err(PathIoError::at("open", path))?;
+        let statfs =
+            nix::sys::statfs::fstatfs(&root).map_err(PathIoError::errno_at("statfs", path))?;
         let fs_type = statfs.filesystem_type();
         let magic = fs_type.0 as u64;
         let kind = match fs_type {
@@ -91,10 +87,7 @@ impl QuotaFs {
         };
         let dev = root
             .metadata()
-            .map_err(|source| QuotaError::Statfs {
-                path: path.to_owned(),
-                source,
-            })?
+            .map_err(PathIoError::at("statfs", path))?
             .dev();
         let device = match (via_device, kind) {
             (true, Some(_)) => Some(find_device(path, dev)?),
@@ -377,6 +370,6 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path(), &link).expect("symlink");
         let err = QuotaFs::open(&link).expect_err("a symlink must be refused");
-        assert!(matches!(err, QuotaError::Open { .. }), "{err}");
+        assert!(matches!(&err, QuotaError::Io(e) if e.op == "open"), "{err}");
     }
 }

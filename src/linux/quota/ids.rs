@@ -22,10 +22,11 @@
 
 use std::collections::BTreeSet;
 use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::error::QuotaError;
 use super::fs::QuotaFs;
+use super::quota_error::QuotaError;
+use crate::path_io::PathIoError;
 
 /// The IDs csi-nodekit gives volumes (see the module documentation for why these).
 pub const PROJECT_IDS: RangeInclusive<u32> = (1 << 30)..=((1 << 30) + (1 << 24) - 1);
@@ -151,10 +152,7 @@ pub fn read_listed(paths: &[&Path]) -> Result<BTreeSet<u32>, QuotaError> {
             Ok(text) => ids.extend(parse_listed(&text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => {
-                return Err(QuotaError::ProjectFile {
-                    path: PathBuf::from(path),
-                    source,
-                });
+                return Err(PathIoError::new("read", path, source).into());
             }
         }
     }

@@ -5,10 +5,11 @@
 
 use std::path::Path;
 
-use super::error::{QuotaError, QuotaOp};
 use super::fs::{FsKind, QuotaFs};
 use super::project;
+use super::quota_error::{QuotaError, QuotaOp};
 use super::sys;
+use crate::path_io::PathIoError;
 
 /// Hard limits of a project; 0 means no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,10 +124,7 @@ impl QuotaFs {
     /// everything created below is charged to it, under `limits`. The limits come first, so
     /// the directory is never in an unlimited project; if tagging fails they are cleared.
     pub fn assign(&self, dir: &Path, id: u32, limits: Limits) -> Result<(), QuotaError> {
-        let meta = std::fs::symlink_metadata(dir).map_err(|source| QuotaError::Open {
-            path: dir.to_owned(),
-            source,
-        })?;
+        let meta = std::fs::symlink_metadata(dir).map_err(PathIoError::at("open", dir))?;
         self.require_same_fs(dir, &meta)?;
         self.set_limits(id, limits)?;
         if let Err(e) = project::set_project(dir, id) {
@@ -140,15 +138,9 @@ impl QuotaFs {
     /// which on XFS pushes the background inactivation of removed inodes (until it has run,
     /// their blocks and the inodes themselves are still charged to their project).
     pub fn settle(&self) -> Result<(), QuotaError> {
-        let path = || self.path().to_owned();
-        nix::unistd::syncfs(self.root()).map_err(|e| QuotaError::Sync {
-            path: path(),
-            source: e.into(),
-        })?;
-        nix::sys::statfs::fstatfs(self.root()).map_err(|e| QuotaError::Statfs {
-            path: path(),
-            source: e.into(),
-        })?;
+        nix::unistd::syncfs(self.root()).map_err(PathIoError::errno_at("sync", self.path()))?;
+        nix::sys::statfs::fstatfs(self.root())
+            .map_err(PathIoError::errno_at("statfs", self.path()))?;
         Ok(())
     }
 

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::error::QuotaError;
 use super::fs::Support;
+use super::quota_error::QuotaError;
 
 /// The `--quota` flag.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,7 +116,7 @@ mod tests {
 
     fn probe_error() -> Result<Support, QuotaError> {
         Err(QuotaError::Quotactl {
-            op: super::super::error::QuotaOp::GetState,
+            op: super::super::quota_error::QuotaOp::GetState,
             id: 0,
             path: "/state".into(),
             source: std::io::Error::from_raw_os_error(libc::EPERM),

@@ -6,9 +6,10 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use super::error::{AttrOp, QuotaError};
 use super::fs::open_dir;
+use super::quota_error::QuotaError;
 use super::sys;
+use crate::path_io::PathIoError;
 
 /// A directory's project ID and whether new entries inherit it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,13 +20,9 @@ pub struct ProjectAttr {
 
 /// Reads `path`'s project ID and PROJINHERIT flag (a directory; a file is read too).
 pub fn project_of(path: &Path) -> Result<ProjectAttr, QuotaError> {
-    let err = |source| QuotaError::Attr {
-        op: AttrOp::GetProject,
-        path: path.to_owned(),
-        source,
-    };
-    let file = open_any(path).map_err(err)?;
-    let attr = sys::get_fsxattr(file.as_fd()).map_err(err)?;
+    let op = "read project ID of";
+    let file = open_any(path).map_err(PathIoError::at(op, path))?;
+    let attr = sys::get_fsxattr(file.as_fd()).map_err(PathIoError::at(op, path))?;
     Ok(ProjectAttr {
         id: attr.projid,
         inherit: attr.xflags & sys::FS_XFLAG_PROJINHERIT != 0,
@@ -34,7 +31,7 @@ pub fn project_of(path: &Path) -> Result<ProjectAttr, QuotaError> {
 
 /// Sets directory `dir`'s project ID to `id`, with PROJINHERIT.
 pub fn set_project(dir: &Path, id: u32) -> Result<(), QuotaError> {
-    update(dir, AttrOp::SetProject, |attr| {
+    update(dir, "set project ID of", |attr| {
         attr.projid = id;
         attr.xflags |= sys::FS_XFLAG_PROJINHERIT;
     })
@@ -42,7 +39,7 @@ pub fn set_project(dir: &Path, id: u32) -> Result<(), QuotaError> {
 
 /// Returns directory `dir` to project 0 without PROJINHERIT.
 pub fn clear_project(dir: &Path) -> Result<(), QuotaError> {
-    update(dir, AttrOp::ClearProject, |attr| {
+    update(dir, "clear project ID of", |attr| {
         attr.projid = 0;
         attr.xflags &= !sys::FS_XFLAG_PROJINHERIT;
     })
@@ -50,18 +47,14 @@ pub fn clear_project(dir: &Path) -> Result<(), QuotaError> {
 
 fn update(
     dir: &Path,
-    op: AttrOp,
+    op: &'static str,
     change: impl FnOnce(&mut sys::Fsxattr),
 ) -> Result<(), QuotaError> {
-    let err = |source| QuotaError::Attr {
-        op,
-        path: dir.to_owned(),
-        source,
-    };
-    let file = open_dir(dir).map_err(err)?;
-    let mut attr = sys::get_fsxattr(file.as_fd()).map_err(err)?;
+    let file = open_dir(dir).map_err(PathIoError::at(op, dir))?;
+    let mut attr = sys::get_fsxattr(file.as_fd()).map_err(PathIoError::at(op, dir))?;
     change(&mut attr);
-    sys::set_fsxattr(file.as_fd(), &attr).map_err(err)
+    sys::set_fsxattr(file.as_fd(), &attr).map_err(PathIoError::at(op, dir))?;
+    Ok(())
 }
 
 /// Opens a directory or a regular file (read-only, not following a symlink).

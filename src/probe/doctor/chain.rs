@@ -11,7 +11,7 @@ use super::rpc::{self, DialError};
 use super::{Context, access};
 use crate::flow::{Stamp, Timing};
 use crate::gocompat;
-use crate::probe::kubelet::validate::validate_plugin;
+use crate::probe::kubelet::csi_versions::validate_plugin;
 use crate::socket::MAX_PATH_BYTES;
 
 /// Plugin types the kubelet has handlers for besides CSI: normal neighbours in the registry.

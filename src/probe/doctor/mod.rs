@@ -5,23 +5,26 @@
 //! upstream registrar exits on `false`), and never creates, removes or changes a file (but the
 //! `--flow` picture it is asked to write).
 //!
-//! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations).
+//! - [`root`] — which kubelet root, and why (flag, `/proc`, known locations);
+//!   [`kubelet_process`] — the kubelets `/proc` shows and the root each runs with.
 //! - [`scan`] — `plugins_registry` and `plugins/` listed without touching them.
 //! - [`chain`] — one registration socket: GetInfo, versions, endpoint; [`driver_facts`] — the driver.
-//! - [`node`] — checks across plugins: duplicates, leftovers, unannounced driver sockets.
+//! - [`across_plugins`] — checks on the node as a whole: duplicates, leftovers, unannounced
+//!   driver sockets.
 //! - [`rpc`] — every dial and call, each under `--timeout`; [`access`] — a non-root kubelet's
 //!   permissions.
 //! - `api` — the read-only Kubernetes API comparisons (feature `kube-api`).
 //! - [`finding`], [`report`] — what the operator reads; `settings` — flags to settings.
 
 mod access;
+mod across_plugins;
 #[cfg(feature = "kube-api")]
 pub mod api;
 pub mod chain;
 mod driver_facts;
 pub mod finding;
 mod flow;
-mod node;
+pub mod kubelet_process;
 pub mod report;
 pub mod root;
 mod rpc;
@@ -138,7 +141,7 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     let scan_limit = settings.timeout * 2;
     let (proc_root, probe_host) = (settings.proc_root.clone(), host.clone());
     let kubelets = blocking(scan_limit, move || {
-        root::find_kubelets(&proc_root, &probe_host)
+        kubelet_process::find_kubelets(&proc_root, &probe_host)
     })
     .await
     .unwrap_or_default();
@@ -161,7 +164,7 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     let (scan_host, scan_root) = (host.clone(), root.clone());
     let scanned = blocking(scan_limit, move || {
         let entries = scan::registry(&scan_host, &scan_root.join("plugins_registry"));
-        let others = node::other_registries(&scan_host, &scan_root);
+        let others = across_plugins::other_registries(&scan_host, &scan_root);
         let sockets = scan::plugin_sockets(&scan_host, &scan_root.join("plugins"));
         (entries, others, sockets)
     })
@@ -190,7 +193,7 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
         }
     };
     node.extend(others);
-    let (sockets, found) = node::classify(entries);
+    let (sockets, found) = across_plugins::classify(entries);
     node.extend(found);
     if sockets.is_empty() && registry_ok {
         node.push(Finding::warning(
@@ -222,8 +225,8 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
     let mut plugins: Vec<(usize, chain::Plugin)> = tasks.join_all().await;
     plugins.sort_by_key(|(index, _)| *index);
     let mut plugins: Vec<chain::Plugin> = plugins.into_iter().map(|(_, p)| p).collect();
-    node::cross_check(&mut plugins);
-    node.extend(node::unannounced(ctx.clone(), plugin_sockets, &plugins).await);
+    across_plugins::cross_check(&mut plugins);
+    node.extend(across_plugins::unannounced(ctx.clone(), plugin_sockets, &plugins).await);
     // Without the kube-api feature, `Off` is the only way.
     #[allow(irrefutable_let_patterns)]
     if let ApiAccess::Off(why) = &settings.api {
@@ -259,8 +262,11 @@ pub async fn diagnose(settings: &Settings) -> Result<Report, CannotCheck> {
 /// that root (each dials the sockets its registry announces), or every kubelet when none
 /// does (the root came from `--kubelet-root` or a known location, and any could be the one);
 /// those running as root pass every check and are left out.
-fn kubelet_users(kubelets: &[root::KubeletProcess], root: &Path) -> Vec<access::KubeletUser> {
-    let with_root: Vec<&root::KubeletProcess> =
+fn kubelet_users(
+    kubelets: &[kubelet_process::KubeletProcess],
+    root: &Path,
+) -> Vec<access::KubeletUser> {
+    let with_root: Vec<&kubelet_process::KubeletProcess> =
         kubelets.iter().filter(|k| k.root == root).collect();
     let relevant = match with_root.is_empty() {
         true => kubelets.iter().collect(),

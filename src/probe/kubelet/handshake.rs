@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio::time::timeout;
 use tonic::transport::Channel;
 
-use super::report::{Failure, Registration};
+use super::csi_versions::{validate_plugin, validate_versions};
+use super::output::{Failure, Registration};
 use super::state::{Registered, Shared};
-use super::validate::{validate_plugin, validate_versions};
 use crate::flow::{Arrow, Outcome, Party, Stamp};
-use crate::gocompat::{self, DEADLINE_EXCEEDED};
+use crate::gocompat;
 use crate::proto::csi::node_client::NodeClient;
 use crate::proto::csi::{NodeGetInfoRequest, NodeGetInfoResponse};
 use crate::proto::registration::registration_client::RegistrationClient;
@@ -37,7 +37,7 @@ async fn call<T>(
     match timeout(limit, request).await {
         Ok(Ok(response)) => Ok(response.into_inner()),
         Ok(Err(status)) => Err(gocompat::status(&status)),
-        Err(_) => Err(DEADLINE_EXCEEDED.to_owned()),
+        Err(_) => Err(gocompat::deadline_exceeded()),
     }
 }
 
@@ -336,7 +336,7 @@ async fn node_get_info(path: &Path) -> Result<NodeGetInfoResponse, String> {
     };
     timeout(NODE_GET_INFO_TIMEOUT, attempt)
         .await
-        .unwrap_or_else(|_| Err(DEADLINE_EXCEEDED.to_owned()))
+        .unwrap_or_else(|_| Err(gocompat::deadline_exceeded()))
 }
 
 #[cfg(test)]

@@ -6,18 +6,19 @@
 //! - [`state`] — desired and actual state, operations in flight, what was written.
 //! - [`reconciler`] — the 1 s loop: deregister, then register, one operation per socket path.
 //! - [`handshake`] — one registration: GetInfo, validation, NodeGetInfo, notify.
-//! - [`validate`] — CSI version rules with the kubelet's error texts.
+//! - [`csi_versions`] — CSI version rules with the kubelet's error texts.
 //! - [`csinode`] — the Node annotation, topology labels and the CSINode object.
-//! - [`backoff`] — 500 ms doubling to 2 m 2 s, per socket path.
-//! - [`report`] — events and the `--once` report, as text or JSON.
+//! - [`per_socket_backoff`] — 500 ms doubling to 2 m 2 s, per socket path (on the crate's one
+//!   [`Doubling`](crate::backoff::Doubling)).
+//! - [`output`] — events and the `--once` report, as text or JSON.
 
-pub mod backoff;
+pub mod csi_versions;
 pub mod csinode;
 pub mod handshake;
+pub mod output;
+pub mod per_socket_backoff;
 pub mod reconciler;
-pub mod report;
 pub mod state;
-pub mod validate;
 pub mod watcher;
 
 use std::path::PathBuf;
@@ -30,7 +31,7 @@ use crate::BoxError;
 use crate::flow::{Flow, FlowFile, Recorder};
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
-pub use report::{Event, Failure, NodeView, Output, Registration, Report, Retry};
+pub use output::{Event, Failure, NodeView, Output, Registration, Report, Retry};
 use state::Shared;
 
 crate::mode_args! {
@@ -77,13 +78,9 @@ pub struct Config {
 
 /// `--node-name`, else `$NODE_NAME`, else the host name lower-cased as the kubelet does.
 pub(crate) fn node_name(given: Option<String>) -> Result<String, BoxError> {
-    let given = given.or_else(|| std::env::var("NODE_NAME").ok());
-    if let Some(name) = given.filter(|name| !name.is_empty()) {
-        return Ok(name);
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let name = crate::node_name::resolve(given)
         .map_err(|e| format!("cannot read the host name for the node name: {e}"))?;
-    Ok(host.trim().to_lowercase())
+    Ok(name.as_kubelet_names_it())
 }
 
 /// The registry could not be prepared, walked or watched.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::handshake;
-use super::report::{Event, Retry};
+use super::output::{Event, Retry};
 use super::state::Shared;
 
 /// How often the kubelet's reconciler runs.

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::backoff::Backoff;
+use super::csi_versions::Version;
 use super::csinode::NodeState;
-use super::report::NodeView;
-use super::validate::Version;
+use super::output::NodeView;
+use super::per_socket_backoff::Backoff;
 use crate::flow::{Outcome, Party, Recorder, Stamp};
 
 /// A plugin that passed validation; upstream records it before calling the CSI handler, so a
@@ -142,7 +142,7 @@ impl Shared {
 
     /// Never held across an await; a panic elsewhere leaves the state usable.
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::mutex::lock(&self.state)
     }
 
     pub fn view(&self) -> NodeView {

@@ -10,25 +10,14 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
+use nix::sys::inotify::{AddWatchFlags, InotifyEvent, WatchDescriptor};
 
 use super::state::Shared;
-
-/// tokio needs `AsRawFd`; nix's `Inotify` offers `AsFd`.
-struct Fd(Inotify);
-
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
+use crate::linux::inotify::{AsyncInotify, StartError};
 
 fn watch_mask() -> AddWatchFlags {
     AddWatchFlags::IN_CREATE
@@ -104,7 +93,7 @@ pub fn sockets(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 pub struct Watcher {
-    inotify: AsyncFd<Fd>,
+    inotify: AsyncInotify,
     dirs: HashMap<WatchDescriptor, PathBuf>,
     shared: Arc<Shared>,
 }
@@ -113,11 +102,12 @@ impl Watcher {
     /// Creates the directory, watches it and walks it; every socket found becomes desired.
     pub fn start(dir: &Path, shared: Arc<Shared>) -> io::Result<Watcher> {
         ensure_dir(dir)?;
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(|e| io::Error::other(format!("failed to start plugin fsWatcher, err: {e}")))?;
-        // SAFETY: `Fd` owns the inotify descriptor, which stays open and the same for as
-        // long as the `AsyncFd` holds it; `as_raw_fd` always returns that descriptor.
-        let inotify = unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }?;
+        let inotify = AsyncInotify::new().map_err(|e| match e {
+            StartError::Init(e) => {
+                io::Error::other(format!("failed to start plugin fsWatcher, err: {e}"))
+            }
+            StartError::Register(e) => e,
+        })?;
         let mut watcher = Watcher {
             inotify,
             dirs: HashMap::new(),
@@ -147,14 +137,9 @@ impl Watcher {
     }
 
     fn add_watch(&mut self, dir: &Path) -> io::Result<()> {
-        let wd = self
-            .inotify
-            .get_ref()
-            .0
-            .add_watch(dir, watch_mask())
-            .map_err(|e| {
-                io::Error::other(format!("failed to watch {}, err: {e}", dir.display()))
-            })?;
+        let wd = self.inotify.add_watch(dir, watch_mask()).map_err(|e| {
+            io::Error::other(format!("failed to watch {}, err: {e}", dir.display()))
+        })?;
         log::trace!("watching {}", dir.display());
         self.dirs.insert(wd, dir.to_owned());
         Ok(())
@@ -220,14 +205,7 @@ impl Watcher {
     /// Handles events until reading them fails.
     pub async fn run(mut self) -> io::Result<()> {
         loop {
-            let events = {
-                let mut ready = self.inotify.readable().await?;
-                match ready.try_io(|fd| fd.get_ref().0.read_events().map_err(io::Error::from)) {
-                    Ok(read) => read?,
-                    Err(_would_block) => continue,
-                }
-            };
-            for event in events {
+            for event in self.inotify.read_events().await? {
                 self.handle(event);
             }
         }

@@ -1,5 +1,8 @@
+use super::frame::{
+    CONTINUATION, DATA, END_HEADERS, END_STREAM, HEADER_LEN as FRAME_HEADER, HEADERS, MAX_FRAME,
+    PADDED, PREFACE, PRIORITY, SETTINGS, headers_fragment, push_frame_header,
+};
 use super::*;
-use frame::{DATA, SETTINGS};
 use loona_hpack::{Decoder, Encoder};
 use proptest::prelude::*;
 

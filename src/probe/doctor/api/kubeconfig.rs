@@ -9,6 +9,7 @@ use base64::Engine;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use super::AccessError;
+use crate::path_io::PathIoError;
 
 /// What the current context says, with every file already read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,10 +54,7 @@ fn file_or_data(
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, AccessError> {
-    std::fs::read(path).map_err(|source| AccessError::Read {
-        path: path.to_owned(),
-        source,
-    })
+    Ok(std::fs::read(path).map_err(PathIoError::at("read", path))?)
 }
 
 /// Reads the kubeconfig at `path` and the files it names.

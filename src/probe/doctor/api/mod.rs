@@ -10,12 +10,13 @@ pub mod client;
 pub mod compare;
 pub mod kubeconfig;
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use crate::path_io::PathIoError;
 
 pub use compare::compare;
 
@@ -25,12 +26,8 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// Why the API cannot be used as configured.
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
-    #[error("read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] PathIoError),
     #[error("kubeconfig {}: {reason}", path.display())]
     Kubeconfig { path: PathBuf, reason: String },
     #[error("kubeconfig {}: {what}", path.display())]
@@ -192,7 +189,7 @@ impl Access {
         let port = env.port.as_deref().unwrap_or("443");
         let read = |name: &str| {
             let path = env.dir.join(name);
-            std::fs::read(&path).map_err(|source| AccessError::Read { path, source })
+            std::fs::read(&path).map_err(|e| AccessError::from(PathIoError::new("read", &path, e)))
         };
         let host = if host.contains(':') {
             format!("[{host}]")

@@ -2,19 +2,20 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::errno::Errno;
 
+use crate::path_io::PathIoError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
-    /// A syscall failed on a source or destination path.
-    #[error("{op} {}: {source}", path.display())]
+    /// A syscall failed on a source or destination path. (A field, not a tuple: the storage
+    /// tests read it as `CopyError::Io { source, .. }`.)
+    #[error(transparent)]
     Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
+        #[from]
+        source: PathIoError,
     },
     /// An extended attribute that must be kept could not be read or written.
     #[error("copy extended attribute {name:?} of {}: {source}", path.display())]
@@ -49,34 +50,14 @@ impl CopyError {
     /// Whether the destination ran out of room (`ENOSPC`, or a quota's `EDQUOT`): the caller's
     /// RESOURCE_EXHAUSTED, where other failures are internal.
     pub fn is_out_of_space(&self) -> bool {
-        let source = match self {
-            CopyError::Io { source, .. } | CopyError::Xattr { source, .. } => source,
+        let errno = match self {
+            CopyError::Io { source } => source.raw_os_error(),
+            CopyError::Xattr { source, .. } => source.raw_os_error(),
             _ => return false,
         };
         matches!(
-            source.raw_os_error(),
+            errno,
             Some(code) if code == Errno::ENOSPC as i32 || code == Errno::EDQUOT as i32
         )
-    }
-}
-
-/// `map_err(at("open", path))` for an `io::Error`.
-pub(super) fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CopyError + 'a {
-    move |source| CopyError::Io {
-        op,
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// `map_err(errno_at("open", path))` for a `nix` result.
-pub(super) fn errno_at<'a>(
-    op: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(Errno) -> CopyError + 'a {
-    move |errno| CopyError::Io {
-        op,
-        path: path.to_owned(),
-        source: errno.into(),
     }
 }

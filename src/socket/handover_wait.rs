@@ -3,31 +3,21 @@
 //! what inotify cannot see (a holder killed without removing its socket changes no entry; some
 //! network and FUSE file systems send no events).
 
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
+use nix::sys::inotify::AddWatchFlags;
+
+use crate::linux::inotify::AsyncInotify;
 
 /// With inotify, the poll only catches a holder that died without removing its socket.
 const POLL_WITH_INOTIFY: Duration = Duration::from_secs(1);
 /// Without it, the poll is all there is; a connect attempt every 250 ms costs the holder little.
 const POLL_WITHOUT: Duration = Duration::from_millis(250);
 
-/// tokio needs `AsRawFd`; nix's `Inotify` offers `AsFd`.
-struct Fd(Inotify);
-
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
 /// Changes to the entries of one directory.
 pub struct DirWatch {
-    inotify: Option<AsyncFd<Fd>>,
+    inotify: Option<AsyncInotify>,
     poll: Duration,
 }
 
@@ -39,14 +29,11 @@ impl DirWatch {
             | AddWatchFlags::IN_MOVED_FROM
             | AddWatchFlags::IN_MOVED_TO
             | AddWatchFlags::IN_CREATE;
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .and_then(|inotify| inotify.add_watch(dir, mask).map(|_| inotify))
+        let inotify = AsyncInotify::new()
             .map_err(std::io::Error::from)
             .and_then(|inotify| {
-                // SAFETY: `Fd` owns the inotify descriptor, which stays open and the same for
-                // as long as the `AsyncFd` holds it; `as_raw_fd` always returns that descriptor.
-                unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
-                    .map_err(std::io::Error::from)
+                inotify.add_watch(dir, mask)?;
+                Ok(inotify)
             });
         match inotify {
             Ok(inotify) => Self {
@@ -71,14 +58,9 @@ impl DirWatch {
             return;
         };
         let event = async {
-            loop {
-                let Ok(mut ready) = inotify.readable().await else {
-                    return std::future::pending::<()>().await;
-                };
-                match ready.try_io(|fd| fd.get_ref().0.read_events().map_err(Into::into)) {
-                    Ok(_) => return,
-                    Err(_would_block) => continue,
-                }
+            if inotify.read_events().await.is_err() {
+                // Events that cannot be read (the runtime shutting down) wake no one early.
+                std::future::pending::<()>().await;
             }
         };
         let _ = tokio::time::timeout(self.poll, event).await;

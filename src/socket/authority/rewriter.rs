@@ -1,67 +1,14 @@
-//! Any `:authority` on our gRPC Unix sockets, as the Go servers accept it.
-//!
-//! Kubelets before 1.26, Python's grpcio and other clients that dial a bare path send that path
-//! (`/var/lib/kubelet/plugins_registry/x-reg.sock`) as the HTTP/2 `:authority`. h2, under
-//! tonic, resets such a stream with PROTOCOL_ERROR and has no option to allow it (the change
-//! that would, hyperium/h2 pull request #487 "Do not require authority for UNIX domain
-//! sockets", has been open since 2020; hyperium/hyper#3750 asked the same of hyper and was
-//! closed without a change), so
-//! [`AnyAuthority`] sits between the accepted socket and tonic and rewrites an authority that is
-//! not a valid one to `localhost` in the client's header blocks. Nothing else changes: every
-//! other frame, and every header block of a client that sends a valid authority (tonic,
-//! grpc-go's `localhost`), passes byte for byte.
-//!
-//! A client names its authority once per connection (grpc-go, grpcio, tonic and the kubelets
-//! take it from the address they dial), so the first request decides: a valid `:authority`
-//! there, and the rest of the connection passes unread, at no cost per call; a client that
-//! switched to a path later on the same connection would be refused by h2 as without us.
-//!
-//! To rewrite, the client's header blocks are decoded with a decoder that mirrors the client's
-//! HPACK table (every block, so the mirror stays exact). From the first rewritten block on,
-//! every block is re-encoded as literals without indexing: h2's table is then never referred
-//! to again, so it cannot disagree with the client's. Memory is bounded: only one header block
-//! is held, at most [`MAX_BLOCK`] bytes. Anything we do not understand is passed on untouched
-//! (or, once h2's table differs from the client's, as a block h2 must reject), so h2 reports
-//! the protocol error itself.
-//!
-//! When h2 accepts a path as `:authority` on its own (h2#487 merged, or an option for it),
-//! this adapter can go: the tests that send a path (`tests/transport/grpc_any_authority.rs`, Python grpcio)
-//! then pass with `socket::grpc_incoming` yielding the plain stream.
+//! [`Rewriter`]: the client-to-server bytes of one HTTP/2 connection, with an `:authority` h2
+//! refuses rewritten to `localhost` (see the [module above](super) for why and how). It holds
+//! at most one header block, decodes every block with a mirror of the client's HPACK table,
+//! and from the first rewritten block on re-encodes every block as literals.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// HTTP/2 framing (RFC 9113 §4, §6): the client preface, frame types and flags.
-pub mod frame {
-    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    pub const HEADER_LEN: usize = 9;
-    pub const DATA: u8 = 0x0;
-    pub const HEADERS: u8 = 0x1;
-    pub const RST_STREAM: u8 = 0x3;
-    pub const SETTINGS: u8 = 0x4;
-    pub const PUSH_PROMISE: u8 = 0x5;
-    pub const PING: u8 = 0x6;
-    pub const GOAWAY: u8 = 0x7;
-    pub const CONTINUATION: u8 = 0x9;
-    pub const END_STREAM: u8 = 0x1;
-    /// On SETTINGS and PING.
-    pub const ACK: u8 = 0x1;
-    pub const END_HEADERS: u8 = 0x4;
-    pub const PADDED: u8 = 0x8;
-    pub const PRIORITY: u8 = 0x20;
-}
-
-use frame::{
-    CONTINUATION, END_HEADERS, END_STREAM, HEADER_LEN as FRAME_HEADER, HEADERS, PADDED, PREFACE,
-    PRIORITY, PUSH_PROMISE,
+use super::MAX_BLOCK;
+use super::frame::{
+    CONTINUATION, END_HEADERS, END_STREAM, HEADER_LEN as FRAME_HEADER, HEADERS, MAX_FRAME, PREFACE,
+    PRIORITY, PUSH_PROMISE, headers_fragment, push_frame_header,
 };
-/// The frame size every HTTP/2 peer must accept (the least SETTINGS_MAX_FRAME_SIZE).
-const MAX_FRAME: usize = 16_384;
-/// The largest header block held, on the wire and decoded; gRPC metadata is far smaller.
-pub const MAX_BLOCK: usize = 64 * 1024;
+
 /// h2's SETTINGS_HEADER_TABLE_SIZE (the protocol default): the most the client may use.
 const TABLE_SIZE: usize = 4096;
 const REPLACEMENT: &[u8] = b"localhost";
@@ -334,24 +281,6 @@ impl Rewriter {
     }
 }
 
-/// The header block fragment of a HEADERS payload, and its priority fields; `None` when the
-/// padding does not fit (a protocol error for h2 to report).
-fn headers_fragment(payload: &[u8], flags: u8) -> Option<(Option<[u8; 5]>, &[u8])> {
-    let (pad, rest) = if flags & PADDED != 0 {
-        let (&pad, rest) = payload.split_first()?;
-        (usize::from(pad), rest)
-    } else {
-        (0, payload)
-    };
-    let (priority, rest) = if flags & PRIORITY != 0 {
-        let (priority, rest) = rest.split_first_chunk::<5>()?;
-        (Some(*priority), rest)
-    } else {
-        (None, rest)
-    };
-    Some((priority, rest.get(..rest.len().checked_sub(pad)?)?))
-}
-
 /// RFC 7541 §6.2.2 with a literal name; strings without Huffman coding. (The crate's encoder
 /// indexes every literal, which would put entries in h2's table.)
 fn literal_without_indexing(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
@@ -361,12 +290,6 @@ fn literal_without_indexing(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
         let _ = loona_hpack::encoder::encode_integer_into(string.len(), 7, 0, out);
         out.extend_from_slice(string);
     }
-}
-
-fn push_frame_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
-    let len = (len as u32).to_be_bytes();
-    out.extend_from_slice(&[len[1], len[2], len[3], kind, flags]);
-    out.extend_from_slice(&stream.to_be_bytes());
 }
 
 /// A re-encoded block as HEADERS (keeping END_STREAM and the priority fields, without
@@ -394,112 +317,3 @@ fn write_block(held: &Held, block: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(chunk);
     }
 }
-
-/// An accepted connection whose client bytes go through a [`Rewriter`]; writes pass straight
-/// through.
-pub struct AnyAuthority<S> {
-    inner: S,
-    rewriter: Rewriter,
-    /// Rewritten bytes not yet read by h2, from `start`.
-    pending: Vec<u8>,
-    start: usize,
-}
-
-impl<S> AnyAuthority<S> {
-    pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            rewriter: Rewriter::default(),
-            pending: Vec::new(),
-            start: 0,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for AnyAuthority<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            if this.start < this.pending.len() {
-                let n = buf.remaining().min(this.pending.len() - this.start);
-                buf.put_slice(&this.pending[this.start..this.start + n]);
-                this.start += n;
-                if this.start == this.pending.len() {
-                    this.pending.clear();
-                    this.start = 0;
-                }
-                return Poll::Ready(Ok(()));
-            }
-            if this.rewriter.is_raw() {
-                return Pin::new(&mut this.inner).poll_read(cx, buf);
-            }
-            let mut chunk = [0u8; 8192];
-            let mut read = ReadBuf::new(&mut chunk);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-            if read.filled().is_empty() {
-                this.rewriter.finish(&mut this.pending);
-                if this.pending.is_empty() {
-                    return Poll::Ready(Ok(()));
-                }
-            } else {
-                this.rewriter.feed(read.filled(), &mut this.pending);
-            }
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for AnyAuthority<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
-    for AnyAuthority<S>
-{
-    type ConnectInfo = S::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
-/// The connections of a gRPC server's Unix listener, each accepting any `:authority`.
-pub fn grpc_incoming(
-    listener: tokio::net::UnixListener,
-) -> impl tokio_stream::Stream<Item = io::Result<AnyAuthority<tokio::net::UnixStream>>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::UnixListenerStream::new(listener)
-        .map(|accepted| accepted.map(AnyAuthority::new))
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,7 +1,6 @@
-//! A directory tree held to its project: the inodes below a root whose project ID is not the
-//! root's, and the directories without PROJINHERIT, found and set back with
-//! `FS_IOC_FSSETXATTR`. The kernel moves an inode's blocks to its new project as the ID
-//! changes, so setting it back charges what was written meanwhile to the project again.
+//! The walk that holds a directory tree to its project: every inode below a root visited, and
+//! those whose project ID is not the root's, and the directories without PROJINHERIT, set back
+//! ([`escape`](super::escape) says what is wrong with one inode and keeps the tally).
 //!
 //! The owner of a file may change its project ID with no capability (in the host's user
 //! namespace), so a pod can take its files out of its volume's limit; this is how they are put
@@ -11,7 +10,6 @@
 //! file or a directory (a device node's open has side effects). Only those two kinds carry an
 //! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are counted, not changed.
 
-use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -24,136 +22,11 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
-use super::sys::{self, FS_XFLAG_PROJINHERIT, Fsxattr};
+use super::escape::Tally;
 
 /// Directories deeper than this below the root are not entered (each level holds a
 /// descriptor); they are counted as skipped.
 pub const MAX_DEPTH: usize = 512;
-/// How many other projects a tally names (the counts cover them all).
-const NAMED_PROJECTS: usize = 8;
-
-/// What is wrong with one inode against the project it belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Escape {
-    /// The project it is in instead, when that differs.
-    pub other_project: Option<u32>,
-    /// A directory whose new entries would not inherit the project.
-    pub no_inherit: bool,
-}
-
-/// Whether an inode with `attr` (a directory if `dir`) has escaped project `want`.
-pub fn escape(attr: &Fsxattr, dir: bool, want: u32) -> Option<Escape> {
-    let other_project = (attr.projid != want).then_some(attr.projid);
-    let no_inherit = dir && attr.xflags & FS_XFLAG_PROJINHERIT == 0;
-    (other_project.is_some() || no_inherit).then_some(Escape {
-        other_project,
-        no_inherit,
-    })
-}
-
-/// `attr` set back into project `want`; a directory also gets PROJINHERIT. Every other flag
-/// stays as it was.
-pub fn put_back(attr: &Fsxattr, dir: bool, want: u32) -> Fsxattr {
-    let mut fixed = *attr;
-    fixed.projid = want;
-    if dir {
-        fixed.xflags |= FS_XFLAG_PROJINHERIT;
-    }
-    fixed
-}
-
-/// What a check found and did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Tally {
-    /// Inodes looked at.
-    pub inodes: u64,
-    /// Inodes found in another project.
-    pub other_project: u64,
-    /// Directories found without PROJINHERIT.
-    pub no_inherit: u64,
-    /// The bytes those inodes in another project hold (their allocated blocks).
-    pub bytes: u64,
-    /// Escaped inodes set back.
-    pub repaired: u64,
-    /// Escaped inodes that could not be set back, with the first error.
-    pub unrepaired: u64,
-    pub first_error: Option<String>,
-    /// Entries not looked into: mount points, too deep, gone or changed while looked at.
-    pub skipped: u64,
-    /// Some of the other projects found (at most a few).
-    pub projects: BTreeSet<u32>,
-}
-
-impl Tally {
-    /// Whether anything escaped.
-    pub fn found(&self) -> bool {
-        self.other_project + self.no_inherit > 0
-    }
-
-    /// Adds `other`'s findings to these.
-    pub fn add(&mut self, other: &Tally) {
-        self.inodes += other.inodes;
-        self.other_project += other.other_project;
-        self.no_inherit += other.no_inherit;
-        self.bytes += other.bytes;
-        self.repaired += other.repaired;
-        self.unrepaired += other.unrepaired;
-        self.skipped += other.skipped;
-        if self.first_error.is_none() {
-            self.first_error.clone_from(&other.first_error);
-        }
-        for id in &other.projects {
-            self.name_project(*id);
-        }
-    }
-
-    fn name_project(&mut self, id: u32) {
-        if self.projects.len() < NAMED_PROJECTS {
-            self.projects.insert(id);
-        }
-    }
-
-    fn error(&mut self, what: impl FnOnce() -> String) {
-        if self.first_error.is_none() {
-            self.first_error = Some(what());
-        }
-    }
-
-    /// One inode's attributes checked against `want` and, if it escaped, set back.
-    fn visit(&mut self, fd: BorrowedFd<'_>, stat: &FileStat, dir: bool, want: u32) {
-        let attr = match sys::get_fsxattr(fd) {
-            Ok(attr) => attr,
-            Err(e) => {
-                self.skipped += 1;
-                return self.error(|| format!("FS_IOC_FSGETXATTR: {e}"));
-            }
-        };
-        let Some(escape) = escape(&attr, dir, want) else {
-            return;
-        };
-        if let Some(other) = escape.other_project {
-            self.other_project += 1;
-            self.bytes += blocks_bytes(stat);
-            self.name_project(other);
-        }
-        if escape.no_inherit {
-            self.no_inherit += 1;
-        }
-        match sys::set_fsxattr(fd, &put_back(&attr, dir, want)) {
-            Ok(()) => self.repaired += 1,
-            Err(e) => {
-                self.unrepaired += 1;
-                self.error(|| format!("FS_IOC_FSSETXATTR: {e}"));
-            }
-        }
-    }
-}
-
-fn blocks_bytes(stat: &FileStat) -> u64 {
-    u64::try_from(stat.st_blocks)
-        .unwrap_or(0)
-        .saturating_mul(512)
-}
 
 /// A walk: what it found and did, and what it cost.
 #[derive(Debug, Clone)]
@@ -169,6 +42,12 @@ pub struct Walk {
 /// Checks only `root` itself, and sets it back into project `want` (with PROJINHERIT) if it
 /// escaped: one open and one ioctl, cheap enough for every stats call.
 pub fn check_root(root: &Path, want: u32) -> io::Result<Tally> {
+    visit_root(root, want).map(|(_, _, tally)| tally)
+}
+
+/// `root` opened (never through a symlink), and itself checked against project `want` and set
+/// back: the first inode of a walk, and all of a root check.
+fn visit_root(root: &Path, want: u32) -> io::Result<(OwnedFd, FileStat, Tally)> {
     let dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
     let stat = fstat(dir.as_fd())?;
     let mut tally = Tally {
@@ -176,7 +55,7 @@ pub fn check_root(root: &Path, want: u32) -> io::Result<Tally> {
         ..Tally::default()
     };
     tally.visit(dir.as_fd(), &stat, true, want);
-    Ok(tally)
+    Ok((dir, stat, tally))
 }
 
 /// One directory level of the walk: the directory, held open, and the names still to visit.
@@ -196,13 +75,7 @@ pub fn walk(
 ) -> io::Result<Walk> {
     let started = Instant::now();
     let cpu_started = thread_cpu();
-    let root_dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
-    let root_stat = fstat(root_dir.as_fd())?;
-    let mut tally = Tally {
-        inodes: 1,
-        ..Tally::default()
-    };
-    tally.visit(root_dir.as_fd(), &root_stat, true, want);
+    let (root_dir, root_stat, mut tally) = visit_root(root, want)?;
     let mut stopped = tick(tally.inodes).is_break();
     let mut stack = vec![Level {
         names: names_or_note(root_dir.as_fd(), &mut tally),
@@ -332,76 +205,6 @@ fn thread_cpu() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn attr(projid: u32, xflags: u32) -> Fsxattr {
-        Fsxattr {
-            projid,
-            xflags,
-            ..Fsxattr::default()
-        }
-    }
-
-    const INHERIT: u32 = FS_XFLAG_PROJINHERIT;
-
-    #[test]
-    fn an_inode_in_its_project_and_a_directory_with_projinherit_have_not_escaped() {
-        assert_eq!(escape(&attr(7, 0), false, 7), None);
-        assert_eq!(escape(&attr(7, INHERIT), true, 7), None);
-    }
-
-    #[test]
-    fn another_project_is_an_escape_for_a_file_and_for_a_directory() {
-        let found = Escape {
-            other_project: Some(0),
-            no_inherit: false,
-        };
-        assert_eq!(escape(&attr(0, 0), false, 7), Some(found));
-        assert_eq!(escape(&attr(0, INHERIT), true, 7), Some(found));
-    }
-
-    #[test]
-    fn a_directory_without_projinherit_has_escaped_and_a_file_never_needs_it() {
-        let found = Escape {
-            other_project: None,
-            no_inherit: true,
-        };
-        assert_eq!(escape(&attr(7, 0), true, 7), Some(found));
-        assert_eq!(escape(&attr(7, 0), false, 7), None);
-    }
-
-    #[test]
-    fn putting_back_sets_the_project_and_a_directorys_projinherit_and_keeps_other_flags() {
-        const IMMUTABLE: u32 = 0x8;
-        let file = put_back(&attr(0, IMMUTABLE), false, 7);
-        assert_eq!((file.projid, file.xflags), (7, IMMUTABLE));
-        let dir = put_back(&attr(9, IMMUTABLE), true, 7);
-        assert_eq!((dir.projid, dir.xflags), (7, IMMUTABLE | INHERIT));
-    }
-
-    #[test]
-    fn tallies_add_up_and_name_only_a_few_projects() {
-        let mut total = Tally::default();
-        for id in 0..20 {
-            let one = Tally {
-                inodes: 2,
-                other_project: 1,
-                bytes: 4096,
-                repaired: 1,
-                projects: [id].into(),
-                first_error: (id == 3).then(|| "third".to_owned()),
-                ..Tally::default()
-            };
-            total.add(&one);
-        }
-        assert_eq!(
-            (total.inodes, total.other_project, total.bytes),
-            (40, 20, 81920)
-        );
-        assert_eq!(total.projects.len(), NAMED_PROJECTS);
-        assert_eq!(total.first_error.as_deref(), Some("third"));
-        assert!(total.found());
-        assert!(!Tally::default().found());
-    }
 
     // The build machines' filesystems may have no project IDs (tmpfs answers ENOTTY): the
     // walk's reach is checked here, what it finds and repairs in the quota VM.

@@ -15,11 +15,12 @@ use nix::libc;
 use nix::sys::stat::{Mode, SFlag, mkdirat, mknodat};
 use nix::unistd::{linkat, symlinkat};
 
+use super::copy_error::CopyError;
 use super::data::Engine;
-use super::error::{CopyError, errno_at};
+use super::dir_entries::{Stat, open_dir, open_regular, read_names, statx};
 use super::meta::{self, Node};
-use super::sys::{Stat, open_dir, open_regular, read_names, statx};
 use super::{MAX_DEPTH, Options, Report, SkipReason, Skipped};
+use crate::path_io::PathIoError;
 
 /// How often an entry that changes type under its name is looked at again.
 const RETRIES: usize = 3;
@@ -65,7 +66,7 @@ impl<'a> Walker<'a> {
         dst_root_fd: File,
     ) -> Result<Self, CopyError> {
         let dst_root_inode = statx(dst_root_fd.as_fd(), OsStr::new(""))
-            .map_err(errno_at("stat", &dst_root))?
+            .map_err(PathIoError::errno_at("stat", &dst_root))?
             .inode();
         Ok(Self {
             data: Engine::new(options.reflink),
@@ -81,7 +82,8 @@ impl<'a> Walker<'a> {
 
     /// Copies the tree under `src` into the empty directory `dst` and returns the report.
     pub fn run(mut self, src: File, dst: File) -> Result<Report, CopyError> {
-        let names = read_names(src.as_fd()).map_err(errno_at("read directory", self.src_root))?;
+        let names = read_names(src.as_fd())
+            .map_err(PathIoError::errno_at("read directory", self.src_root))?;
         let mut stack = vec![Frame {
             src,
             dst,
@@ -111,7 +113,9 @@ impl<'a> Walker<'a> {
                     self.report.vanished += 1;
                     return Ok(None);
                 }
-                Err(e) => return Err(errno_at("stat", &self.src_root.join(&rel))(e)),
+                Err(e) => {
+                    return Err(PathIoError::errno_at("stat", &self.src_root.join(&rel))(e).into());
+                }
             };
             if !stat.same_mount(&self.root) {
                 self.skip(rel, SkipReason::MountPoint);
@@ -161,20 +165,24 @@ impl<'a> Walker<'a> {
         let src = match open_dir(parent.src.as_fd(), name) {
             Ok(fd) => File::from(fd),
             Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(Step::Again),
-            Err(e) => return Err(errno_at("open", &src_path)(e)),
+            Err(e) => return Err(PathIoError::errno_at("open", &src_path)(e).into()),
         };
-        let stat = statx(src.as_fd(), OsStr::new("")).map_err(errno_at("stat", &src_path))?;
+        let stat =
+            statx(src.as_fd(), OsStr::new("")).map_err(PathIoError::errno_at("stat", &src_path))?;
         if !stat.same_mount(&self.root) {
             return Ok(Step::Again);
         }
         if stat.inode() == self.dst_root_inode {
             return Ok(Step::Done);
         }
-        let names = read_names(src.as_fd()).map_err(errno_at("read directory", &src_path))?;
+        let names =
+            read_names(src.as_fd()).map_err(PathIoError::errno_at("read directory", &src_path))?;
         let dst_path = self.dst_path(rel);
-        mkdirat(parent.dst.as_fd(), name, Mode::S_IRWXU).map_err(errno_at("create", &dst_path))?;
-        let dst =
-            File::from(open_dir(parent.dst.as_fd(), name).map_err(errno_at("open", &dst_path))?);
+        mkdirat(parent.dst.as_fd(), name, Mode::S_IRWXU)
+            .map_err(PathIoError::errno_at("create", &dst_path))?;
+        let dst = File::from(
+            open_dir(parent.dst.as_fd(), name).map_err(PathIoError::errno_at("open", &dst_path))?,
+        );
         Ok(Step::Descend(Frame {
             src,
             dst,
@@ -209,7 +217,7 @@ impl<'a> Walker<'a> {
         let (src, stat) = match open_regular(parent.src.as_fd(), name) {
             Ok(Some(opened)) => opened,
             Ok(None) | Err(Errno::ENOENT | Errno::ELOOP) => return Ok(Step::Again),
-            Err(e) => return Err(errno_at("open", &src_path)(e)),
+            Err(e) => return Err(PathIoError::errno_at("open", &src_path)(e).into()),
         };
         if !stat.same_mount(&self.root) {
             return Ok(Step::Again);
@@ -226,16 +234,12 @@ impl<'a> Walker<'a> {
             flags,
             Mode::S_IRUSR | Mode::S_IWUSR,
         )
-        .map_err(errno_at("create", &dst_path))?;
+        .map_err(PathIoError::errno_at("create", &dst_path))?;
         let dst = File::from(dst);
         let copied = self
             .data
             .copy(&src, &dst, stat.size)
-            .map_err(|f| CopyError::Io {
-                op: f.op,
-                path: src_path.clone(),
-                source: f.source,
-            })?;
+            .map_err(|f| f.on(&src_path))?;
         let refused = meta::apply(
             &Node::Open(&src),
             &Node::Open(&dst),
@@ -276,7 +280,7 @@ impl<'a> Walker<'a> {
             name,
             AtFlags::empty(),
         )
-        .map_err(errno_at("link", &self.dst_path(rel)))?;
+        .map_err(PathIoError::errno_at("link", &self.dst_path(rel)))?;
         self.report.hard_links += 1;
         Ok(true)
     }
@@ -298,10 +302,12 @@ impl<'a> Walker<'a> {
             Ok(target) => target,
             // No longer a symlink (EINVAL) or gone.
             Err(Errno::EINVAL | Errno::ENOENT) => return Ok(Step::Again),
-            Err(e) => return Err(errno_at("read link", &self.src_root.join(rel))(e)),
+            Err(e) => {
+                return Err(PathIoError::errno_at("read link", &self.src_root.join(rel))(e).into());
+            }
         };
         symlinkat(target.as_os_str(), parent.dst.as_fd(), name)
-            .map_err(errno_at("create", &self.dst_path(rel)))?;
+            .map_err(PathIoError::errno_at("create", &self.dst_path(rel)))?;
         self.entry_meta(parent, name, rel, stat)?;
         self.report.symlinks += 1;
         Ok(Step::Done)
@@ -323,7 +329,7 @@ impl<'a> Walker<'a> {
             Mode::S_IRUSR | Mode::S_IWUSR,
             stat.rdev,
         )
-        .map_err(errno_at("create", &self.dst_path(rel)))?;
+        .map_err(PathIoError::errno_at("create", &self.dst_path(rel)))?;
         self.entry_meta(parent, name, rel, stat)?;
         self.report.special_files += 1;
         Ok(Step::Done)

@@ -6,6 +6,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use crate::path_io::PathIoError;
+
 /// A quotactl command, named as the kernel documents it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaOp {
@@ -33,51 +35,12 @@ impl fmt::Display for QuotaOp {
     }
 }
 
-/// An inode-attribute operation (`FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttrOp {
-    GetProject,
-    SetProject,
-    ClearProject,
-}
-
-impl fmt::Display for AttrOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::GetProject => "read project ID of",
-            Self::SetProject => "set project ID of",
-            Self::ClearProject => "clear project ID of",
-        })
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum QuotaError {
-    #[error("open {}: {source}", path.display())]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("statfs {}: {source}", path.display())]
-    Statfs {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("sync {}: {source}", path.display())]
-    Sync {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{op} {}: {source}", path.display())]
-    Attr {
-        op: AttrOp,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// Opening, inspecting or syncing the filesystem or a directory, reading or changing a
+    /// directory's project ID (`set project ID of /v/volumes/a: …`), reading the projects file.
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     #[error("{op} for project {id} on {}: {source}", path.display())]
     Quotactl {
         op: QuotaOp,
@@ -101,12 +64,6 @@ pub enum QuotaError {
     NotSupported { path: PathBuf, magic: u64 },
     #[error("{} is on another filesystem than {}", path.display(), root.display())]
     OtherFilesystem { path: PathBuf, root: PathBuf },
-    #[error("read {}: {source}", path.display())]
-    ProjectFile {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
     #[error("no free project ID left in {start}..={end} on {}", path.display())]
     Exhausted { start: u32, end: u32, path: PathBuf },
     /// The kernel's random numbers, for a project ID no pod can guess, were not to be had.
@@ -118,12 +75,8 @@ impl QuotaError {
     /// The kernel's errno, when a syscall failed.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Self::Open { source, .. }
-            | Self::Statfs { source, .. }
-            | Self::Sync { source, .. }
-            | Self::Attr { source, .. }
-            | Self::Quotactl { source, .. }
-            | Self::ProjectFile { source, .. } => source.raw_os_error(),
+            Self::Io(error) => error.raw_os_error(),
+            Self::Quotactl { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }
@@ -158,15 +111,12 @@ mod tests {
 
     #[test]
     fn an_attribute_error_names_the_directory() {
-        let e = QuotaError::Attr {
-            op: AttrOp::SetProject,
-            path: "/v/volumes/a".into(),
-            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-        };
-        assert!(
-            e.to_string()
-                .starts_with("set project ID of /v/volumes/a: ")
-        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gone = dir.path().join("a");
+        let e = super::super::project::set_project(&gone, 7).expect_err("no such directory");
+        let named = format!("set project ID of {}: ", gone.display());
+        assert!(e.to_string().starts_with(&named), "{e}");
+        assert_eq!(e.errno(), Some(libc::ENOENT));
         assert!(e.source().is_some());
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::error::LoopError;
+use super::loop_error::LoopError;
 use super::{AttachOptions, Found, LoopDevice, Status};
 
 /// The loop devices of one node.
@@ -143,11 +143,8 @@ pub mod fake {
 
         fn refresh_capacity(&self, device: LoopDevice, file: &Path) -> Result<u64, LoopError> {
             self.record(format!("refresh {device}"));
-            let meta = std::fs::metadata(file).map_err(|source| LoopError::Io {
-                op: "stat",
-                path: file.to_owned(),
-                source,
-            })?;
+            let meta =
+                std::fs::metadata(file).map_err(crate::path_io::PathIoError::at("stat", file))?;
             Ok(meta.len())
         }
 

@@ -1,21 +1,15 @@
 //! What can go wrong with loop devices and block-volume files, each naming the operation and
 //! the device or file.
 
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use nix::errno::Errno;
+use crate::path_io::PathIoError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
     /// A syscall or ioctl failed.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     #[error("{} is not a regular file", .0.display())]
     NotARegularFile(PathBuf),
     /// The device is not one this driver attached to this file; it is left alone.
@@ -53,25 +47,4 @@ pub enum LoopError {
     },
     #[error("{}: {size} bytes is not a positive multiple of 512, the loop device's sector size", path.display())]
     InvalidSize { path: PathBuf, size: u64 },
-}
-
-/// `map_err(errno_at("open", path))`.
-pub(super) fn errno_at<'a>(
-    op: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(Errno) -> LoopError + 'a {
-    move |errno| LoopError::Io {
-        op,
-        path: path.to_owned(),
-        source: errno.into(),
-    }
-}
-
-/// `map_err(at("open", path))` for an `io::Error`.
-pub(super) fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LoopError + 'a {
-    move |source| LoopError::Io {
-        op,
-        path: path.to_owned(),
-        source,
-    }
 }

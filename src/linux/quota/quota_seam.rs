@@ -7,10 +7,10 @@
 
 use std::path::Path;
 
-use super::error::QuotaError;
 use super::fs::QuotaFs;
 use super::ids::InUse;
 use super::limits::{Limits, Usage};
+use super::quota_error::QuotaError;
 
 /// One filesystem's project quotas.
 pub trait ProjectQuotas: InUse + Send + Sync + std::fmt::Debug {

@@ -1,4 +1,5 @@
-//! The process's heap, for the servers that give memory back after a burst of work.
+//! `malloc_trim(3)`: the process's freed heap given back to the kernel, for the servers that
+//! give memory back after a burst of work.
 
 /// Returns the free pages of malloc's heaps to the kernel, wherever they lie among live blocks
 /// (glibc returns by itself only what is at the top of a heap; other C libraries return it by
