@@ -1,4 +1,4 @@
-//! The quota check's walk (`csi_nodekit::linux::quota::tree::walk`) over 10,000 files on this
+//! The quota check's walk (`csi_nodekit::linux::quota::escape_walk::walk`) over 10,000 files on this
 //! machine's own filesystem, unpaced: wall and CPU time, warm and after dropping the caches
 //! (root only). A filesystem without project IDs answers the ioctls with errors, which the walk
 //! counts and goes on; the quota VM measures the same walk on XFS and ext4 with escapes set
@@ -10,7 +10,7 @@
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-use csi_nodekit::linux::quota::tree;
+use csi_nodekit::linux::quota::escape_walk;
 
 fn main() {
     let base = std::env::args().nth(1).map(PathBuf::from);
@@ -46,7 +46,7 @@ fn main() {
         }
         // The project ID the walk holds the tree to; nothing here has it, which is the most
         // work (every inode found, every set-back tried).
-        let walk = tree::walk(root, 1, &mut |_| ControlFlow::Continue(())).expect("walk");
+        let walk = escape_walk::walk(root, 1, &mut |_| ControlFlow::Continue(())).expect("walk");
         let per = 10_000.0 / walk.tally.inodes as f64;
         println!(
             "quota check walk, {cache} cache, {} inodes: {:.1} ms wall, {:.1} ms CPU; per 10,000 \

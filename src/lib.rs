@@ -86,10 +86,6 @@ pub mod runtime;
 pub mod shutdown;
 pub mod socket;
 
-/// [`malloc_trim`] by its old name, kept while node-server's heap-trim task still calls it
-/// `heap`.
-pub use malloc_trim as heap;
-
 /// The error type mode entry points return; `main` prints it and exits 1.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

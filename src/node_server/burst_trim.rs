@@ -42,7 +42,7 @@ fn after_bursts(
 /// not the blocking pool: a trim of a 1 MB heap with 2,000 holes took 11 µs (78 at worst, a
 /// static C program under the image's malloc settings), less than a hand-off costs.
 fn trim() {
-    let released = crate::heap::give_back_freed_memory();
+    let released = crate::malloc_trim::give_back_freed_memory();
     log::trace!("heap trimmed after a burst of calls: memory returned: {released}");
 }
 

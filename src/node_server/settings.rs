@@ -166,14 +166,10 @@ impl fmt::Display for StateDirBusy {
     }
 }
 
-/// `$NODE_NAME`, else the kernel's host name.
+/// `$NODE_NAME`, else the kernel's host name, as it is (an empty `--node-id` is given, and
+/// refused by the configuration's check).
 fn default_node_id() -> Result<String, BoxError> {
-    if let Ok(name) = std::env::var("NODE_NAME")
-        && !name.is_empty()
-    {
-        return Ok(name);
-    }
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let name = crate::node_name::resolve(None)
         .map_err(|e| format!("read host name for --node-id: {e}"))?;
-    Ok(name.trim().to_owned())
+    Ok(name.into_string())
 }

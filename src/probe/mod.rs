@@ -3,9 +3,12 @@
 //!
 //! - `serve` — a drop-in livenessprobe HTTP server (`argv[0]` = `livenessprobe`);
 //! - `once` — one Probe call as an exec probe for images with no shell;
-//! - `registration` — asks the registrar whether the kubelet confirmed registration;
+//! - `registration` (`registration_status`) — asks the registrar whether the kubelet confirmed
+//!   registration;
 //! - `kubelet` — the kubelet's plugin manager, emulated;
-//! - `doctor` — why a driver is not registered, diagnosed read-only on a live node.
+//! - `doctor` — why a driver is not registered, diagnosed read-only on a live node;
+//! - `check` — one health check of the driver (CSI `Probe` under a deadline), which `serve`
+//!   and `once` share.
 
 mod check;
 pub mod doctor;

@@ -17,8 +17,11 @@
 //! fails while it is mounted or held by another driver), and if the device is still bound after
 //! `LOOP_CLR_FD` (another opener), it clears autoclear again and reports [`LoopError::Busy`].
 //!
-//! [`LoopDevices`] (in `loop_seam`) puts the calls node-server makes behind a trait, with
-//! a recording fake for unit tests. [`LoopError`] is in `loop_error`.
+//! The files: `ioctl` (the kernel's structs and ioctls, typed), `device_node` (the device
+//! nodes and the kernel's list of devices), `attach`, `detach`, `backing` (the volume's file);
+//! [`LoopDevices`] (in `loop_seam`) puts the calls
+//! node-server makes behind a trait, with a recording fake for unit tests. [`LoopError`] is in
+//! `loop_error`.
 //!
 //! Callers serialise calls per file (node-server's per-volume lock): two concurrent
 //! [`find_or_attach`] of one file could each attach a device.
@@ -45,9 +48,6 @@ pub use backing::{create_backing_file, grow_backing_file};
 pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
 pub use loop_error::LoopError;
-/// The trait and its fake by their old name, kept while node-server's tests still call it
-/// `seam`.
-pub use loop_seam as seam;
 pub use loop_seam::{KernelLoops, LoopDevices};
 
 /// What `lo_file_name` of every device this driver attaches starts with.

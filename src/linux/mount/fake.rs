@@ -121,9 +121,9 @@ impl Mounter for RecordingMounter {
                 table.remove(i);
                 Ok(())
             }
-            None => Err(err("unmount", target)(std::io::Error::from_raw_os_error(
-                nix::libc::EINVAL,
-            ))),
+            None => Err(PathIoError::at("unmount", target)(
+                std::io::Error::from_raw_os_error(nix::libc::EINVAL),
+            )),
         }
     }
 }

@@ -20,12 +20,6 @@ use crate::path_io::PathIoError;
 /// A failed mount operation, naming what was attempted and on which path.
 pub type MountError = PathIoError;
 
-/// `map_err(err("unmount", path))`: an I/O error with its operation and path. Kept while
-/// node-server still calls it; [`PathIoError::at`] is the one to call.
-pub fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> MountError + 'a {
-    PathIoError::at(op, path)
-}
-
 /// The mount operations the node service needs. Implementations must be callable from many
 /// threads at once; every call blocks.
 pub trait Mounter: Send + Sync {

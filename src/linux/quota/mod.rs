@@ -9,8 +9,7 @@
 //! - [`limits`] — a project's limits and usage; assigning a directory and releasing it.
 //! - [`project`] — a directory's project ID and PROJINHERIT flag.
 //! - [`escape`] — one inode out of its volume's project, put back; the tally of a check.
-//! - [`escape_walk`] — the walk that holds a volume's tree to its project (`tree`, its old
-//!   name, stays a path to it while node-server and the tests name it).
+//! - [`escape_walk`] — the walk that holds a volume's tree to its project.
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
 //! - [`quota_seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake
@@ -38,14 +37,4 @@ pub use limits::{Limits, Usage};
 pub use mode::{Decision, Mode, decide};
 pub use project::{ProjectAttr, clear_project, project_of, set_project};
 pub use quota_error::{QuotaError, QuotaOp};
-/// The trait and its fake by their old name, kept while node-server's tests still call it
-/// `seam`.
-pub use quota_seam as seam;
 pub use quota_seam::ProjectQuotas;
-
-/// The escape walk by its old name, kept while node-server, the quota VM tests and the walk
-/// benchmark still call it `tree`.
-pub mod tree {
-    pub use super::escape::Tally;
-    pub use super::escape_walk::{MAX_DEPTH, Walk, check_root, walk};
-}

@@ -210,10 +210,8 @@ pub fn bind_target(mounter: &dyn Mounter, p: &Publication) -> Result<Published, 
     }
     let created = make_mount_point(Field::TargetPath, p.target)?;
     if let Err(e) = mounter.bind(p.staging.unwrap_or(p.dir), p.target, p.options) {
-        if created {
-            if let Err(left) = remove_mount_point(p.target) {
-                log::warn!("mount point of a failed publish stays: {left}");
-            }
+        if created && let Err(left) = remove_mount_point(p.target) {
+            log::warn!("mount point of a failed publish stays: {left}");
         }
         return Err(e.into());
     }
@@ -266,7 +264,9 @@ pub fn unmount_volume(
         }
         if unmounted == Some(top.mnt_id) {
             // The kernel said it unmounted, yet the same mount is still there.
-            return Err(BindError::Mount(crate::linux::mount::err("unmount", path)(
+            return Err(BindError::Mount(crate::path_io::PathIoError::at(
+                "unmount", path,
+            )(
                 std::io::Error::from_raw_os_error(nix::libc::EBUSY),
             )));
         }

@@ -213,10 +213,8 @@ impl Driver {
             .mounter
             .bind_file(&device.device.path(), target, readonly);
         if let Err(e) = bound {
-            if created {
-                if let Err(left) = remove_target_file(target) {
-                    log::warn!("target file of a failed publish stays: {left}");
-                }
+            if created && let Err(left) = remove_target_file(target) {
+                log::warn!("target file of a failed publish stays: {left}");
             }
             if attached && let Err(left) = self.loops.detach(device.device, &image) {
                 log::warn!("read-only device of a failed publish stays: {left}");

@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Driver;
-use crate::linux::quota::tree::{self, Tally};
+use crate::linux::quota::escape::Tally;
+use crate::linux::quota::escape_walk;
 use crate::node_server::state::escapes::{self, Note, Totals};
 use crate::node_server::state::volumes::Record;
 
@@ -127,7 +128,7 @@ fn pass(driver: &Driver, stop: &Stop, rate: u32) -> Option<u64> {
                 false => ControlFlow::Continue(()),
             }
         };
-        let walk = match tree::walk(&dir, project, &mut tick) {
+        let walk = match escape_walk::walk(&dir, project, &mut tick) {
             Ok(walk) => walk,
             // Deleted since the list was taken, or not made yet.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -158,7 +159,7 @@ impl Driver {
     /// The cheap check of a volume's root, on every stats call: set back at once if a pod
     /// re-tagged it. A root that cannot be read is left to the stats' own errors.
     pub(super) fn check_root(&self, record: &Record, project: u32, dir: &Path) {
-        match tree::check_root(dir, project) {
+        match escape_walk::check_root(dir, project) {
             Ok(tally) => self.note_escapes(record, project, &tally, false),
             Err(e) => log::debug!("quota check of volume {}'s root: {e}", record.id),
         }

@@ -1,6 +1,6 @@
 //! What node-server keeps of escapes from its volumes' project quotas (a pod that took files
 //! or directories out of its volume's project, found and set back by
-//! [`tree`](crate::linux::quota::tree)): per volume, the episode under way — from the first
+//! [`escape_walk`](crate::linux::quota::escape_walk)): per volume, the episode under way — from the first
 //! check that finds something to the first whole pass that finds nothing — said once in the
 //! log, shown as the volume's abnormal condition, and counted; and the pace of the background
 //! walk.
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::linux::quota::tree::Tally;
+use crate::linux::quota::escape::Tally;
 
 /// Pauses shorter than this are not taken: the walk runs on until the debt is worth a sleep.
 pub const SHORTEST_PAUSE: Duration = Duration::from_millis(20);

@@ -14,7 +14,8 @@
 //! - [`rpc`] — every dial and call, each under `--timeout`; [`access`] — a non-root kubelet's
 //!   permissions.
 //! - `api` — the read-only Kubernetes API comparisons (feature `kube-api`).
-//! - [`finding`], [`report`] — what the operator reads; `settings` — flags to settings.
+//! - [`finding`], [`report`] — what the operator reads; `flow` — `--flow`, the findings drawn
+//!   as the flow's steps; `settings` — flags to settings.
 
 mod access;
 mod across_plugins;

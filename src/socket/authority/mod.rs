@@ -24,6 +24,9 @@
 //! (or, once h2's table differs from the client's, as a block h2 must reject), so h2 reports
 //! the protocol error itself.
 //!
+//! [`frame`] holds HTTP/2's framing, `rewriter` the rewriting itself ([`Rewriter`]); this file
+//! is the adapter tonic reads through.
+//!
 //! When h2 accepts a path as `:authority` on its own (h2#487 merged, or an option for it),
 //! this adapter can go: the tests that send a path (`tests/transport/grpc_any_authority.rs`, Python grpcio)
 //! then pass with `socket::grpc_incoming` yielding the plain stream.

@@ -9,7 +9,7 @@ use std::os::unix::fs::chown;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use csi_nodekit::linux::quota::{self, FsKind, Limits, tree};
+use csi_nodekit::linux::quota::{self, FsKind, Limits, escape_walk};
 
 use super::cases::{FIRST, MIB, figure, open};
 use super::fixtures::{AttrChange, POD_UID, PodUser, Prep, TestFs, Written, pod_write};
@@ -422,7 +422,8 @@ pub fn measure_the_quota_check_walk_per_10000_files(kind: FsKind) {
         if cache == "cold" {
             std::fs::write("/proc/sys/vm/drop_caches", b"3").expect("drop caches");
         }
-        let walk = tree::walk(&vol, FIRST, &mut |_| ControlFlow::Continue(())).expect("walk");
+        let walk =
+            escape_walk::walk(&vol, FIRST, &mut |_| ControlFlow::Continue(())).expect("walk");
         walks.push((cache, walk));
     }
     let (_, first) = &walks[0];

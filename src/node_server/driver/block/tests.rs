@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::linux::loopdev::seam::fake::RecordingLoops;
+use crate::linux::loopdev::loop_seam::fake::RecordingLoops;
 use crate::linux::loopdev::{LoopDevice, LoopError};
 use crate::linux::mount::fake::RecordingMounter;
 use crate::linux::quota;

@@ -11,7 +11,7 @@
 //! deleted only in part, never reported to anyone; their records are removed at once).
 //!
 //! [`records`] holds the snapshot and group records and their JSON (the volume records are
-//! `state::volumes::records`), `take` the cut itself, and `snapshot_error` what these
+//! `state::volumes::volume_record`), `take` the cut itself, and `snapshot_error` what these
 //! operations fail with ([`SnapshotError`]).
 
 pub mod records;

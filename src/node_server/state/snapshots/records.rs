@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::node_server::state::store::Persisted;
-use crate::node_server::state::volumes::records::access_type;
+use crate::node_server::state::volumes::volume_record::access_type;
 
 /// Seconds and nanoseconds since the Unix epoch.
 pub type Time = (i64, u32);

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::mount_notes::MountNoteFiles;
-use super::records::Record;
 use super::volume_error::VolumeError;
+use super::volume_record::Record;
 use crate::node_server::state::state_dir::RecordDir;
 use crate::node_server::state::store::Store;
 use crate::path_io::PathIoError;

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use super::catalog::Catalog;
-use super::records::Record;
 use super::storage::VolumeStorage;
 use super::volume_error::VolumeError;
+use super::volume_record::Record;
 use crate::node_server::state::capacity;
 use crate::path_io::PathIoError;
 

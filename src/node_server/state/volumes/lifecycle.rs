@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::Volumes;
 use super::project_quotas::{self, Released};
-use super::records::{ContentSource, Record};
 use super::storage::VolumeStorage;
 use super::volume_error::VolumeError;
+use super::volume_record::{ContentSource, Record};
 use crate::linux::mountinfo::MountTable;
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::orphans::Orphans;

@@ -1,6 +1,6 @@
 //! The volumes this node owns, in the seams a second layout of volume needs:
 //!
-//! - [`records`] — what is remembered of a volume ([`Record`]) and its JSON on disk;
+//! - [`volume_record`] — what is remembered of a volume ([`Record`]) and its JSON on disk;
 //!   [`catalog`] — the records in memory, written by the store before they count, with their
 //!   [`mount_notes`] beside them; [`roles`] — which call each noted path belongs to.
 //! - [`claims`] — the per-key claims that refuse a second operation on a busy volume.
@@ -21,10 +21,10 @@ mod lifecycle;
 pub mod mount_notes;
 pub mod project_quotas;
 pub mod quota_directories;
-pub mod records;
 pub mod roles;
 pub mod storage;
 pub mod volume_error;
+pub mod volume_record;
 
 use std::path::PathBuf;
 
@@ -34,9 +34,9 @@ pub use catalog::Catalog;
 pub use claims::{Busy, Claim, Claims};
 pub use ledger::{Ledger, Sizing};
 pub use quota_directories::QuotaDirectories;
-pub use records::{ContentSource, Record, Target};
 pub use storage::VolumeStorage;
 pub use volume_error::VolumeError;
+pub use volume_record::{ContentSource, Record, Target};
 
 #[derive(Debug)]
 pub struct Volumes {

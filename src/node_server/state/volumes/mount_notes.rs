@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::records::{Record, Target};
+use super::volume_record::{Record, Target};
 use crate::node_server::state::state_dir::RecordDir;
 #[cfg(doc)]
 use crate::node_server::state::store::Store;

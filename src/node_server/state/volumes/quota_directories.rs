@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::project_quotas::{Hold, Released, VolumeQuotas};
-use super::records::Record;
 use super::storage::VolumeStorage;
 use super::volume_error::VolumeError;
+use super::volume_record::Record;
 use crate::linux::mountinfo::MountTable;
 use crate::node_server::state::orphans::Orphans;
 use crate::node_server::state::state_dir::{StateDir, volume_id_problem};

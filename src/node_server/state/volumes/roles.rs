@@ -10,8 +10,8 @@ use crate::csi_spec::Field;
 use super::catalog::Catalog;
 #[cfg(doc)]
 use super::mount_notes;
-use super::records::{Record, Target};
 use super::volume_error::VolumeError;
+use super::volume_record::{Record, Target};
 
 /// What a path is to a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

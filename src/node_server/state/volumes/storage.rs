@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::project_quotas::{Hold, Released, Usage};
-use super::records::Record;
 use super::volume_error::VolumeError;
+use super::volume_record::Record;
 use crate::linux::mountinfo::MountTable;
 use crate::node_server::state::orphans::Orphans;
 

@@ -272,7 +272,7 @@ fn directories_whose_create_never_reached_a_record_are_set_aside_at_start_up_the
     assert!(volumes.path_of("v1").exists());
 }
 
-use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
+use crate::linux::quota::quota_seam::fake::{Call, RecordingQuotas};
 
 /// Volumes whose sizes a fake the test keeps a handle on enforces.
 fn enforced(dir: &tempfile::TempDir, total: Option<u64>, fake: &RecordingQuotas) -> Volumes {

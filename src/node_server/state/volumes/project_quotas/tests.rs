@@ -69,7 +69,7 @@ fn the_inode_limit_is_the_volumes_inode_limit_attribute_and_one_per_16_kib_by_de
     assert_eq!(limits(&big).inodes, 0, "inodeLimit 0 asks for no limit");
 }
 
-use crate::linux::quota::seam::fake::{Call, RecordingQuotas};
+use crate::linux::quota::quota_seam::fake::{Call, RecordingQuotas};
 use crate::linux::quota::{Limits, Usage};
 
 /// Quotas enforced by a fake the test keeps a handle on.
