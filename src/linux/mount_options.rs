@@ -84,9 +84,13 @@ pub fn option_names() -> impl Iterator<Item = &'static str> {
 /// The option names of a mount with `statvfs` flags `st`: `ro` or `rw`, then every other flag
 /// set, in the table's order.
 pub fn names_of(st: FsFlags) -> Vec<&'static str> {
-    let read_write = (!st.contains(FsFlags::ST_RDONLY)).then_some(READ_WRITE);
-    let set = FLAGS.iter().filter(|f| st.contains(f.st)).map(|f| f.name);
-    read_write.into_iter().chain(set).collect()
+    // Sized once: this runs for every mount a publish or unpublish asks about.
+    let mut names = Vec::with_capacity(FLAGS.len());
+    if !st.contains(FsFlags::ST_RDONLY) {
+        names.push(READ_WRITE);
+    }
+    names.extend(FLAGS.iter().filter(|f| st.contains(f.st)).map(|f| f.name));
+    names
 }
 
 /// The per-mount flags of a mount with `statvfs` flags `st` that a remount must repeat to

@@ -174,7 +174,10 @@ impl Driver {
         T: Send + 'static,
         E: From<VolumeError> + From<WorkerError> + Send + 'static,
     {
-        let claim = self.claims.claim(key).map_err(VolumeError::from)?;
+        let claim = match self.claims.claim(key) {
+            Ok(claim) => claim,
+            Err(busy) => return Err(VolumeError::from(busy).into()),
+        };
         self.blocking(move |driver| {
             let _claim = claim;
             work(driver)

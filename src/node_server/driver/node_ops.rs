@@ -177,11 +177,20 @@ impl Driver {
         staging: Option<&Path>,
     ) -> Result<Published, NodeError> {
         let id = &req.id;
+        // Borrowed when `publish` looked the volume up: a copy of a record allocates.
+        let found;
         let (record, created) = match (record, &req.ephemeral) {
-            (Some(record), _) => (record.clone(), false),
-            (None, Some(context)) => ephemeral::open(&self.volumes, id, context)?,
+            (Some(record), _) => (record, false),
+            (None, Some(context)) => {
+                let (opened, created) = ephemeral::open(&self.volumes, id, context)?;
+                found = opened;
+                (&found, created)
+            }
             // `publish` looks a provisioned volume up before it gets here.
-            (None, None) => (self.volumes.records().known(id)?, false),
+            (None, None) => {
+                found = self.volumes.records().known(id)?;
+                (&found, false)
+            }
         };
         let dir = self.volumes.path_of(id);
         let publication = Publication {
@@ -191,10 +200,10 @@ impl Driver {
             options: req.options,
             exclusive: req.exclusive,
         };
-        let storage = self.volumes.storage_of(&record);
+        let storage = self.volumes.storage_of(record);
         let result = req
             .group
-            .map_or(Ok(()), |gid| storage.set_group(&record, gid))
+            .map_or(Ok(()), |gid| storage.set_group(record, gid))
             .map_err(NodeError::from)
             .and_then(|()| Ok(bind_mounts::bind_target(&*self.mounter, &publication)?));
         if result.is_err() && created {

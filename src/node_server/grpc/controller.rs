@@ -10,7 +10,7 @@ use tonic::{Code, Request, Response, Status};
 use crate::linux::quota::QuotaError;
 use crate::node_server::driver::{ControllerError, Driver};
 use crate::node_server::grpc::controller_snapshots as snapshots;
-use crate::node_server::grpc::field_limits::checked;
+use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::attributes::{Attributes, ParameterError};
 use crate::node_server::state::volumes::{ContentSource, VolumeError as V};
@@ -138,7 +138,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let name = validate::name(&req.name)?.to_owned();
         let block = access_type(&validate::capabilities(&req.volume_capabilities)?)?;
         let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
@@ -175,7 +176,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<DeleteVolumeRequest>,
     ) -> Result<Response<DeleteVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         // Malformed is INVALID_ARGUMENT, as in every call; a well-formed unknown ID is deleted
         // already (OK).
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -190,7 +192,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?;
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
@@ -229,7 +232,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let max = usize::try_from(req.max_entries)
             .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
         let start = decode_token(&req.starting_token, validate::any_volume_id)?;
@@ -251,7 +255,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         log::trace!("GetCapacity");
         let usable = (req.volume_capabilities.is_empty()
             || validate::capabilities(&req.volume_capabilities)
@@ -306,7 +311,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerExpandVolumeRequest>,
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let range = req
             .capacity_range
@@ -346,28 +352,28 @@ impl Controller for ControllerService {
         &self,
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        snapshots::create(&self.0, checked(request)?).await
+        snapshots::create(&self.0, request.into_inner()).await
     }
 
     async fn delete_snapshot(
         &self,
         request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        snapshots::delete(&self.0, checked(request)?).await
+        snapshots::delete(&self.0, request.into_inner()).await
     }
 
     async fn list_snapshots(
         &self,
         request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        snapshots::list(&self.0, checked(request)?).await
+        snapshots::list(&self.0, request.into_inner()).await
     }
 
     async fn get_snapshot(
         &self,
         request: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        snapshots::get(&self.0, checked(request)?).await
+        snapshots::get(&self.0, request.into_inner()).await
     }
 
     async fn controller_get_volume(
@@ -381,7 +387,8 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let change = Attributes::from_mutable(&req.mutable_parameters).map_err(invalid)?;
         log::trace!("ControllerModifyVolume volume={id}");

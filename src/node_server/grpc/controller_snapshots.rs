@@ -8,6 +8,7 @@ use tonic::{Code, Response, Status};
 
 use crate::node_server::driver::Driver;
 use crate::node_server::driver::SnapshotError;
+use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::snapshots::{Filter, Snapshot, Time};
 use crate::node_server::state::volumes::VolumeError as V;
@@ -80,6 +81,7 @@ pub async fn create(
     driver: &Arc<Driver>,
     req: CreateSnapshotRequest,
 ) -> Result<Response<CreateSnapshotResponse>, Status> {
+    req.check_sizes()?;
     // The name first: csi-sanity sends an unknown source with no name.
     let name = validate::named("name", &req.name)?.to_owned();
     let source = validate::volume_id_of("source_volume_id", &req.source_volume_id)?.to_owned();
@@ -97,6 +99,7 @@ pub async fn delete(
     driver: &Arc<Driver>,
     req: DeleteSnapshotRequest,
 ) -> Result<Response<DeleteSnapshotResponse>, Status> {
+    req.check_sizes()?;
     let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?.to_owned();
     log::trace!("DeleteSnapshot snapshot={id}");
     let key = format!("snapshot/{id}");
@@ -109,6 +112,7 @@ pub async fn list(
     driver: &Arc<Driver>,
     req: ListSnapshotsRequest,
 ) -> Result<Response<ListSnapshotsResponse>, Status> {
+    req.check_sizes()?;
     let max = usize::try_from(req.max_entries)
         .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
     let start = decode_token(&req.starting_token, validate::issued_snapshot_id)?;
@@ -142,6 +146,7 @@ pub async fn get(
     driver: &Arc<Driver>,
     req: GetSnapshotRequest,
 ) -> Result<Response<GetSnapshotResponse>, Status> {
+    req.check_sizes()?;
     let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?;
     log::trace!("GetSnapshot snapshot={id}");
     let snapshot = driver.known_snapshot(id).map_err(status)?;

@@ -1,9 +1,9 @@
 //! The CSI spec's size limits ("Field Requirements › Size Limits"), checked first by every
 //! handler of every service: each request message implements [`SizeLimits`] (one without
-//! string or map fields trivially), and every handler that reads its request takes it through
-//! [`checked`] (those that read nothing — capabilities, node info, Probe, the calls we do not
-//! serve — have nothing to bound), so that an over-long field is INVALID_ARGUMENT before
-//! anything is looked up, kept or written:
+//! string or map fields trivially), and every handler that reads its request calls
+//! [`SizeLimits::check_sizes`] on it first (those that read nothing — capabilities, node info,
+//! Probe, the calls we do not serve — have nothing to bound), so that an over-long field is
+//! INVALID_ARGUMENT before anything is looked up, kept or written:
 //! strings at most 128 bytes and maps at most 4 KiB, unless the field says otherwise — paths
 //! (`staging_target_path`, `target_path`, `volume_path`) may be as long as the OS allows, and
 //! `mount_flags` may total 4 KiB. (`tests/node_server/every_rpc_validates.rs` enumerates the
@@ -35,13 +35,6 @@ pub const MAX_REQUEST: usize = 256 << 10;
 /// A request whose fields are checked against the spec's limits.
 pub trait SizeLimits {
     fn check_sizes(&self) -> Result<(), Status>;
-}
-
-/// The request of a call, its sizes checked: how every handler starts.
-pub fn checked<R: SizeLimits>(request: tonic::Request<R>) -> Result<R, Status> {
-    let request = request.into_inner();
-    request.check_sizes()?;
-    Ok(request)
 }
 
 /// Requests with no string or map field: nothing to bound.

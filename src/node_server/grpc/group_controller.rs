@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::node_server::driver::Driver;
 use crate::node_server::grpc::controller_snapshots::{message, status, timestamp};
-use crate::node_server::grpc::field_limits::checked;
+use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::proto::csi::{
@@ -80,7 +80,8 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<CreateVolumeGroupSnapshotRequest>,
     ) -> Result<Response<CreateVolumeGroupSnapshotResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let name = validate::named("name", &req.name)?.to_owned();
         id_list("source_volume_ids", &req.source_volume_ids)?;
         log::trace!(
@@ -100,7 +101,8 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<DeleteVolumeGroupSnapshotRequest>,
     ) -> Result<Response<DeleteVolumeGroupSnapshotResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::snapshot_id("group_snapshot_id", &req.group_snapshot_id)?.to_owned();
         snapshot_ids(&req.snapshot_ids)?;
         log::trace!("DeleteVolumeGroupSnapshot group={id}");
@@ -115,7 +117,8 @@ impl GroupController for GroupControllerService {
         &self,
         request: Request<GetVolumeGroupSnapshotRequest>,
     ) -> Result<Response<GetVolumeGroupSnapshotResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::snapshot_id("group_snapshot_id", &req.group_snapshot_id)?;
         snapshot_ids(&req.snapshot_ids)?;
         log::trace!("GetVolumeGroupSnapshot group={id}");

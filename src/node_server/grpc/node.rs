@@ -12,7 +12,7 @@ use crate::linux::quota::QuotaError;
 use crate::linux::resolve::ResolveError;
 use crate::node_server::driver::BindError as P;
 use crate::node_server::driver::{Driver, NodeError, PublishRequest, Staging, is_ephemeral};
-use crate::node_server::grpc::field_limits::checked;
+use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, AccessMode};
 use crate::node_server::state::volumes::VolumeError as V;
 use crate::node_server::state::volumes::project_quotas::{Hold, Usage};
@@ -199,7 +199,8 @@ impl Node for NodeService {
         &self,
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let staging = validate::path(Field::StagingTargetPath, &req.staging_target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
@@ -222,7 +223,8 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let staging = validate::path(Field::StagingTargetPath, &req.staging_target_path)?;
         log::trace!(
@@ -239,7 +241,8 @@ impl Node for NodeService {
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let target = validate::path(Field::TargetPath, &req.target_path)?;
         let cap = validate::capability(req.volume_capability.as_ref())?;
@@ -292,7 +295,8 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         let target = validate::path(Field::TargetPath, &req.target_path)?;
         log::trace!(
@@ -309,7 +313,8 @@ impl Node for NodeService {
         &self,
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
         log::trace!("NodeGetVolumeStats volume={id}");
@@ -333,7 +338,8 @@ impl Node for NodeService {
         &self,
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        let req = checked(request)?;
+        let req = request.into_inner();
+        req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
         validate::capacity_range(req.capacity_range.as_ref())?;
