@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::Settings;
-use super::supervise::{GiveUp, MAX_DRIVER_BACKOFF, sleep_or_stop};
+use super::steps::{GiveUp, MAX_DRIVER_BACKOFF, sleep_or_stop};
 use crate::backoff::Doubling;
 use crate::metrics::Metrics;
 use crate::proto::csi::identity_client::IdentityClient;

@@ -4,12 +4,14 @@
 //!
 //! `service` is the registration service the kubelet calls; `supervise` the life cycle of the
 //! registration socket, `ask_driver` and `stand_by` the waits in it (for the driver's name,
-//! for the socket to be ours); `health` the health port.
+//! for the socket to be ours), `steps` what those three share (back-offs, what comes next, why
+//! the registrar gives up); `health` the health port.
 
 mod ask_driver;
 mod health;
 mod service;
 mod stand_by;
+mod steps;
 mod supervise;
 
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::ask_driver::Driver;
 use super::service::{Phase, Tracker};
-use super::supervise::{FIRST_BACKOFF, MAX_DRIVER_BACKOFF, Next, sleep_or_stop};
+use super::steps::{FIRST_BACKOFF, MAX_DRIVER_BACKOFF, Next, sleep_or_stop};
 use crate::backoff::Doubling;
 use crate::shutdown::Shutdown;
 use crate::socket::{self, Claim};

@@ -14,8 +14,8 @@ use super::Settings;
 use super::ask_driver::{Driver, learn_driver};
 use super::service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 use super::stand_by::{stand_by, take_claim};
+use super::steps::{FIRST_BACKOFF, GiveUp, MAX_DRIVER_BACKOFF, Next, sleep_or_stop};
 use crate::backoff::Doubling;
-use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::metrics::Metrics;
 use crate::proto::registration::registration_server::RegistrationServer;
 use crate::shutdown::{Shutdown, Trigger};
@@ -26,37 +26,9 @@ use crate::socket::{self, Claim, SocketError, SocketGuard};
 /// every kind of host path mount. (Taking over from a predecessor is woken by inotify, with a
 /// poll behind it: see `stand_by`.)
 const CHECK_EVERY: Duration = Duration::from_millis(500);
-/// Back-off after the kubelet rejects us, and between failed driver calls.
-pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_REJECT_BACKOFF: Duration = Duration::from_secs(300);
-pub(super) const MAX_DRIVER_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a stopping registration server may take to finish its calls.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// Sleeps unless shutdown begins first; returns false on shutdown.
-pub(super) async fn sleep_or_stop(delay: Duration, shutdown: &Shutdown) -> bool {
-    tokio::select! {
-        biased;
-        () = shutdown.clone().wait() => false,
-        () = tokio::time::sleep(delay) => true,
-    }
-}
-
-/// Why the registrar gives up (everything else it waits out and retries).
-#[derive(Debug, thiserror::Error)]
-pub enum GiveUp {
-    /// `--driver-wait-limit` ran out before the driver's socket answered.
-    #[error(transparent)]
-    Dial(#[from] socket::DialError),
-    #[error("driver at {} gave no name within {limit:?}", address.display())]
-    NoName { address: PathBuf, limit: Duration },
-    #[error(transparent)]
-    DriverName(#[from] InvalidDriverName),
-    /// A non-socket where the registration socket goes, before we ever created one: a
-    /// configuration error, as upstream treats it.
-    #[error(transparent)]
-    Socket(#[from] SocketError),
-}
 
 /// One generation of the registration socket and the server behind it.
 struct Served {
@@ -102,15 +74,6 @@ impl Draining {
             abort.abort();
         }
     }
-}
-
-/// Why the watch over one registration socket ended.
-pub(super) enum Next {
-    Shutdown,
-    /// Re-create the socket (after the given pause).
-    Recreate(Duration),
-    /// The driver restarted: ask its name again, then re-create.
-    AskDriver,
 }
 
 /// The registration life cycle and its state.

@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use super::Host;
-use super::root::DEFAULT_ROOT;
+
+/// The kubelet's default `--root-dir`.
+pub const DEFAULT_ROOT: &str = "/var/lib/kubelet";
 
 /// MicroK8s' kubelite reads the kubelet's flags from this file unless told otherwise.
 const MICROK8S_ARGS: &str = "/var/snap/microk8s/current/args/kubelet";

@@ -7,10 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::Host;
 use super::finding::Finding;
-use super::kubelet_process::KubeletProcess;
-
-/// The kubelet's default `--root-dir`.
-pub const DEFAULT_ROOT: &str = "/var/lib/kubelet";
+use super::kubelet_process::{DEFAULT_ROOT, KubeletProcess};
 
 /// Where distributions keep the kubelet root, in the order they are tried.
 pub const KNOWN_ROOTS: &[(&str, &str)] = &[
