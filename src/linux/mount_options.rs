@@ -13,6 +13,8 @@ pub struct Flag {
     pub name: &'static str,
     pub ms: MsFlags,
     pub st: FsFlags,
+    /// Its `mount_setattr(2)` bit (`MOUNT_ATTR_*`).
+    pub attr: u64,
     field: fn(&mut MountOptions) -> &mut bool,
 }
 
@@ -29,36 +31,42 @@ pub const FLAGS: [Flag; 6] = [
         name: "ro",
         ms: MsFlags::MS_RDONLY,
         st: FsFlags::ST_RDONLY,
+        attr: libc::MOUNT_ATTR_RDONLY,
         field: |o| &mut o.readonly,
     },
     Flag {
         name: "nosuid",
         ms: MsFlags::MS_NOSUID,
         st: FsFlags::ST_NOSUID,
+        attr: libc::MOUNT_ATTR_NOSUID,
         field: |o| &mut o.nosuid,
     },
     Flag {
         name: "nodev",
         ms: MsFlags::MS_NODEV,
         st: FsFlags::ST_NODEV,
+        attr: libc::MOUNT_ATTR_NODEV,
         field: |o| &mut o.nodev,
     },
     Flag {
         name: "noexec",
         ms: MsFlags::MS_NOEXEC,
         st: FsFlags::ST_NOEXEC,
+        attr: libc::MOUNT_ATTR_NOEXEC,
         field: |o| &mut o.noexec,
     },
     Flag {
         name: "noatime",
         ms: MsFlags::MS_NOATIME,
         st: FsFlags::ST_NOATIME,
+        attr: libc::MOUNT_ATTR_NOATIME,
         field: |o| &mut o.noatime,
     },
     Flag {
         name: "nodiratime",
         ms: MsFlags::MS_NODIRATIME,
         st: FsFlags::ST_NODIRATIME,
+        attr: libc::MOUNT_ATTR_NODIRATIME,
         field: |o| &mut o.nodiratime,
     },
 ];
@@ -196,6 +204,19 @@ impl MountOptions {
         (FLAGS.iter())
             .filter(|f| f.is_in(*self))
             .fold(MsFlags::empty(), |flags, f| flags | f.ms)
+    }
+
+    /// The `mount_setattr(2)` bits these options set, and those they clear: `noatime` is one
+    /// value of the access-time field, which must be cleared to be set.
+    pub fn mount_attr(&self) -> (u64, u64) {
+        let set = (FLAGS.iter())
+            .filter(|f| f.is_in(*self))
+            .fold(0, |attrs, f| attrs | f.attr);
+        let clear = match self.noatime {
+            true => libc::MOUNT_ATTR__ATIME,
+            false => 0,
+        };
+        (set, clear)
     }
 
     /// The option names a mount with these options has, as [`names_of`] reads them.

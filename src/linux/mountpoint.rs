@@ -14,13 +14,14 @@
 //! its ID, and neither they nor anything else in the kernel answers "every mount of this
 //! directory" without visiting every mount.
 
+use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use nix::fcntl::{OFlag, open};
-use nix::sys::stat::Mode;
+use nix::fcntl::OFlag;
 
 use crate::linux::mount_options::{self, ByOptionName};
+use crate::linux::resolve::{open_no_symlinks, open_no_symlinks_in};
 
 /// What a mount shows at its root: a directory's or a file's device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,11 +105,12 @@ fn statx_fd(fd: &OwnedFd) -> std::io::Result<Statx> {
     })
 }
 
-/// Opens `path` itself (a symlink as the last component is not followed): every answer about
-/// it then comes from the same inode, even if the path is swapped meanwhile.
+/// Opens `path` itself, following no symbolic link in any component (`ELOOP`; see
+/// [`open_no_symlinks`]): every answer about it then comes from the inode the link-free path
+/// named, even if a component is swapped for a link meanwhile. Paths asked about here are
+/// canonical, as mount points in mountinfo are.
 fn open_path(path: &Path) -> std::io::Result<Option<OwnedFd>> {
-    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    match open(path, flags, Mode::empty()) {
+    match open_no_symlinks(path, OFlag::empty()) {
         Ok(fd) => Ok(Some(fd)),
         Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => Ok(None),
         Err(e) => Err(e.into()),
@@ -119,6 +121,11 @@ fn open_path(path: &Path) -> std::io::Result<Option<OwnedFd>> {
 pub fn shown(path: &Path) -> std::io::Result<Shown> {
     let fd = open_path(path)?.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
     Ok(statx_fd(&fd)?.shown)
+}
+
+/// The device and inode of what `fd` is open on.
+pub fn shown_of(fd: &OwnedFd) -> std::io::Result<Shown> {
+    Ok(statx_fd(fd)?.shown)
 }
 
 /// The unique ID of the mount `path` (which must exist) lies in; `None` where this kernel
@@ -138,7 +145,30 @@ pub fn top_at(
     let Some(fd) = open_path(path)? else {
         return Ok(None);
     };
-    let stx = statx_fd(&fd)?;
+    top_of(&fd, is_mount_point)
+}
+
+/// [`top_at`] of the entry `name` in the directory `dir` is open on (through no symbolic
+/// link). The descriptor of the mount's root is closed again: held, it would keep the mount
+/// busy for an unmount.
+pub fn top_in(
+    dir: &OwnedFd,
+    name: &OsStr,
+    is_mount_point: impl FnOnce() -> std::io::Result<bool>,
+) -> std::io::Result<Option<Top>> {
+    match open_no_symlinks_in(dir, name, OFlag::empty()) {
+        Ok(fd) => top_of(&fd, is_mount_point),
+        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The mount whose root `fd` is open on, if it is one.
+pub fn top_of(
+    fd: &OwnedFd,
+    is_mount_point: impl FnOnce() -> std::io::Result<bool>,
+) -> std::io::Result<Option<Top>> {
+    let stx = statx_fd(fd)?;
     let mounted = match stx.mount_root {
         Some(root) => root,
         None => is_mount_point()?,
@@ -146,7 +176,7 @@ pub fn top_at(
     if !mounted {
         return Ok(None);
     }
-    let flags = nix::sys::statvfs::fstatvfs(&fd)?.flags();
+    let flags = nix::sys::statvfs::fstatvfs(fd)?.flags();
     Ok(Some(Top {
         mnt_id: stx.mnt_id,
         shows: stx.shown,

@@ -10,7 +10,7 @@
 
 use std::ffi::OsStr;
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -132,14 +132,32 @@ fn rev_parts(path: &Path) -> Vec<PathBuf> {
 
 /// Opens a directory (`O_PATH`) refusing any symbolic link on the way (`ELOOP`).
 pub fn open_dir_no_symlinks(path: &Path) -> nix::Result<OwnedFd> {
+    open_no_symlinks(path, OFlag::O_DIRECTORY)
+}
+
+/// Opens `path` (`O_PATH`, with `flags` such as `O_DIRECTORY`) refusing any symbolic link on
+/// the way, in any component (`ELOOP`): what is opened is what the link-free path named at
+/// that instant, and every later step acts on the descriptor. Kernels before 5.6 have no
+/// `openat2`; there only a link as the last component is refused.
+pub fn open_no_symlinks(path: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
+    open_no_symlinks_in(nix::fcntl::AT_FDCWD, path, flags)
+}
+
+/// [`open_no_symlinks`] of `path` relative to the directory `dir` is open on.
+pub fn open_no_symlinks_in(
+    dir: impl AsFd,
+    path: &(impl AsRef<OsStr> + ?Sized),
+    flags: OFlag,
+) -> nix::Result<OwnedFd> {
+    let path = Path::new(path.as_ref());
     let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | flags)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
-        // Kernels before 5.6: the checked path is all there is.
-        Err(Errno::ENOSYS) => nix::fcntl::open(
+    match nix::fcntl::openat2(&dir, path, how) {
+        Err(Errno::ENOSYS) => nix::fcntl::openat(
+            &dir,
             path,
-            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | flags,
             Mode::empty(),
         ),
         other => other,

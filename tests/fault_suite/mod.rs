@@ -13,6 +13,7 @@ mod deletes;
 mod doctor;
 mod flags;
 mod own_paths;
+mod path_swaps;
 mod private_state;
 mod processes;
 mod registrar_surge;

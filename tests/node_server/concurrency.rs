@@ -74,8 +74,8 @@ impl Mounter for GateMounter {
         LinuxMounter.bind_file(source, target, readonly)
     }
 
-    fn unmount(&self, target: &Path) -> Result<(), MountError> {
-        LinuxMounter.unmount(target)
+    fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {
+        LinuxMounter.unmount(target, checked)
     }
 }
 

@@ -110,7 +110,12 @@ impl Mounter for RecordingMounter {
         Ok(())
     }
 
-    fn unmount(&self, target: &Path) -> Result<(), MountError> {
+    fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {
+        if self.mount_at(target)?.as_ref() != Some(checked) {
+            return Err(PathIoError::at("unmount", target)(std::io::Error::other(
+                "the mount there changed since it was checked",
+            )));
+        }
         self.calls
             .lock()
             .unwrap()

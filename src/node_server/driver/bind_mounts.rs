@@ -270,7 +270,7 @@ pub fn unmount_volume(
                 std::io::Error::from_raw_os_error(nix::libc::EBUSY),
             )));
         }
-        mounter.unmount(path)?;
+        mounter.unmount(path, &top)?;
         unmounted = Some(top.mnt_id);
     }
     Ok(unmounted.is_some())

@@ -243,7 +243,7 @@ impl Driver {
                 }
                 .into());
             };
-            self.mounter.unmount(target)?;
+            self.mounter.unmount(target, &top)?;
             unmounted = Some(status);
         }
         if created {

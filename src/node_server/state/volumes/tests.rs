@@ -119,7 +119,8 @@ fn a_volume_mounted_elsewhere_is_not_deleted_and_keeps_its_data() {
         "{err}"
     );
     assert_eq!(std::fs::read(&data).unwrap(), b"precious");
-    mounter.unmount(staging.path()).unwrap();
+    let top = mounter.mount_at(staging.path()).unwrap().unwrap();
+    mounter.unmount(staging.path(), &top).unwrap();
     volumes
         .delete("v1", &mounter.mount_table().unwrap())
         .unwrap();

@@ -1,0 +1,355 @@
+//! A neighbour who swaps a directory on the way to a staging path or a target for a symlink
+//! (`renameat2(RENAME_EXCHANGE)`, over and over) while the real binary stages, publishes,
+//! unpublishes and unstages through it. A symlink left in place is refused every time (see
+//! `own_paths`); here only the race is tried. Every mount must land on the directory the path
+//! named when the call checked it, never where the symlink points, and an unpublish or
+//! unstage that answers OK must leave nothing mounted.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use csi_nodekit::linux::mountinfo::MountTable;
+use csi_nodekit::proto::csi::node_client::NodeClient;
+use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+use tonic::transport::Channel;
+
+use super::tally::{Outcome, Tally};
+use crate::common::csi_block::{BlockNode, block_create, block_publish, block_stage};
+use crate::common::csi_node::*;
+use crate::common::scratch_fs::Kind;
+use crate::common::{KillOnDrop, spawn_node_server};
+
+/// Calls per case: each is one stage or publish and its undo, both raced.
+const ROUNDS: usize = 2_000;
+/// Tries of one call before the round counts as failed: a swapped path is refused (the
+/// kubelet tries again), so a call succeeds once it runs between two swaps.
+const TRIES: usize = 500;
+
+/// `<open>/pods` (a real directory) and `<open>/swap` (a symlink to `<outside>`), exchanged
+/// by a thread in bursts of up to 2 ms between quiet spells of up to 2 ms; `<open>` is writable by everyone, like a directory a pod or a
+/// local user shares, so the link in it is one root did not place.
+struct Swapped {
+    open: PathBuf,
+    outside: PathBuf,
+    stop: Arc<AtomicBool>,
+    /// Set while a check reads the mount table: the thread stops swapping until it is unset.
+    pause: Arc<AtomicBool>,
+    /// Held by the swapping thread for each exchange, and by a check while it reads the mount
+    /// table (whose paths would change under it otherwise).
+    still: Arc<Mutex<()>>,
+    swaps: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Swapped {
+    fn new(sandbox: &MountSandbox, case: &str, leaf_is_file: bool) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let open = sandbox.dir(&format!("{case}/open"));
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::create_dir(open.join("pods")).unwrap();
+        let outside = sandbox.dir(&format!("{case}/outside"));
+        // Somewhere a mount could land if a call followed the link.
+        for leaf in ["mount", "globalmount"] {
+            std::fs::create_dir(outside.join(leaf)).unwrap();
+        }
+        if leaf_is_file {
+            std::fs::write(outside.join("dev"), b"").unwrap();
+        }
+        std::os::unix::fs::symlink(&outside, open.join("swap")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new(AtomicBool::new(false));
+        let still = Arc::new(Mutex::new(()));
+        let swaps = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (a, b) = (open.join("pods"), open.join("swap"));
+            let (stop, pause) = (stop.clone(), pause.clone());
+            let (still, swaps) = (still.clone(), swaps.clone());
+            std::thread::spawn(move || {
+                let mut rng = 0x9E37_79B9_7F4A_7C15_u64;
+                let mut micros = move || {
+                    (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17);
+                    Duration::from_micros(rng % 2_000)
+                };
+                let swap = || {
+                    let _still = still.lock().unwrap();
+                    renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE)
+                        .expect("exchange");
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    // Quiet (the real directory in its place), then a burst of swaps: calls
+                    // begun in the quiet meet the burst mid-way.
+                    std::thread::sleep(micros());
+                    let until = Instant::now() + micros();
+                    let mut odd = false;
+                    while Instant::now() < until && !pause.load(Ordering::Relaxed) {
+                        swap();
+                        odd = !odd;
+                    }
+                    if odd {
+                        swap();
+                    }
+                    while pause.load(Ordering::Relaxed) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        Self {
+            open,
+            outside,
+            stop,
+            pause,
+            still,
+            swaps,
+            thread: Some(thread),
+        }
+    }
+
+    /// The path a call is given: `<open>/pods/<leaf>`.
+    fn requested(&self, leaf: &str) -> PathBuf {
+        self.open.join("pods").join(leaf)
+    }
+
+    /// Mounts under `<open>`: on the real directory's `leaf`, under whichever name it has
+    /// right now (stacked ones counted each).
+    fn mounts_at(&self, table: &MountTable) -> usize {
+        table.mounts_under(&self.open).count()
+    }
+
+    /// Mount points under `<outside>`: each one an escape. They are taken down again, so
+    /// that one escape is counted once.
+    fn escapes(&self, table: &MountTable) -> Vec<PathBuf> {
+        let found: Vec<PathBuf> = (table.mounts_under(&self.outside))
+            .map(|e| e.mount_point.clone())
+            .collect();
+        for point in &found {
+            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+        }
+        found
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+        self.swaps.load(Ordering::Relaxed)
+    }
+}
+
+/// One raced call, tried until it answers OK: how many tries were refused, `None` if it never
+/// answered OK.
+async fn until_ok<F, Fut, T>(mut call: F) -> Option<usize>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    for refused in 0..TRIES {
+        if call().await.is_ok() {
+            return Some(refused);
+        }
+    }
+    None
+}
+
+/// What one case counts besides the tally: refused tries.
+#[derive(Default)]
+struct Refused(usize);
+
+impl Refused {
+    fn add(&mut self, tries: Option<usize>) -> bool {
+        self.0 += tries.unwrap_or(TRIES);
+        tries.is_some()
+    }
+}
+
+/// After a call answered OK: no mount under `<outside>`, and `expected` mounts on the real
+/// directory's leaf.
+fn checked(tally: &mut Tally, swapped: &Swapped, expected: usize, what: &str) {
+    swapped.pause.store(true, Ordering::Relaxed);
+    let still = swapped.still.lock().unwrap();
+    let table = MountTable::read().expect("read mount table");
+    let escapes = swapped.escapes(&table);
+    let found = swapped.mounts_at(&table);
+    drop(still);
+    swapped.pause.store(false, Ordering::Relaxed);
+    if !escapes.is_empty() {
+        tally.record(
+            Outcome::Lost,
+            format!("{what}: mounted outside at {escapes:?}"),
+        );
+    } else if found != expected {
+        tally.record(
+            Outcome::Failed,
+            format!("{what} answered OK with {found} mounts at the path, not {expected}"),
+        );
+    } else {
+        tally.record(Outcome::Survived, what);
+    }
+}
+
+/// A call on a client of its own (a clone shares the connection), so that a closure can make
+/// it again and again.
+fn call<F, Fut>(csi: &Csi, make: F) -> Fut
+where
+    F: FnOnce(NodeClient<Channel>) -> Fut,
+{
+    make(csi.node.clone())
+}
+
+async fn served(state: &Path, sandbox: &MountSandbox) -> (KillOnDrop, Csi) {
+    let socket = sandbox.path().join("csi.sock");
+    let process = spawn_node_server(&socket, state, &[]);
+    assert!(super::processes::probe_ready(&socket).await, "node-server");
+    (process, connect(&socket).await)
+}
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_swapped_in_mid_stage_or_unstage_never_moves_the_staging_mount_elsewhere() {
+    let sandbox = MountSandbox::new();
+    let (_process, mut csi) = served(&sandbox.path().join("state"), &sandbox).await;
+    let id = create(&mut csi, "pvc-swap-stage", 1 << 20).await;
+    let swapped = Swapped::new(&sandbox, "stage", false);
+    let staging = swapped.requested("globalmount");
+    let mut tally = Tally::new("a parent of the staging path swapped for a symlink mid-call");
+    let mut refused = Refused::default();
+    for _ in 0..ROUNDS {
+        let stage = || {
+            call(&csi, |mut n| {
+                let request = stage_request(&id, &staging);
+                async move { n.node_stage_volume(request).await }
+            })
+        };
+        if refused.add(until_ok(stage).await) {
+            checked(&mut tally, &swapped, 1, "stage");
+        } else {
+            tally.record(Outcome::Failed, "stage never answered OK");
+        }
+        let unstage = || {
+            call(&csi, |mut n| {
+                let request = unstage_request(&id, &staging);
+                async move { n.node_unstage_volume(request).await }
+            })
+        };
+        if refused.add(until_ok(unstage).await) {
+            checked(&mut tally, &swapped, 0, "unstage");
+        } else {
+            tally.record(Outcome::Failed, "unstage never answered OK");
+        }
+    }
+    let swaps = swapped.stop();
+    tally.note(format!(
+        "{swaps} swaps, {} tries refused while swapped",
+        refused.0
+    ));
+    tally.finish();
+}
+
+#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_swapped_in_mid_publish_or_unpublish_never_moves_the_target_mount_elsewhere() {
+    let sandbox = MountSandbox::new();
+    let (_process, mut csi) = served(&sandbox.path().join("state"), &sandbox).await;
+    let id = create(&mut csi, "pvc-swap-publish", 1 << 20).await;
+    let staging = sandbox.dir("plugins/globalmount");
+    (csi.node
+        .node_stage_volume(stage_request(&id, &staging))
+        .await)
+        .expect("stage");
+    let swapped = Swapped::new(&sandbox, "publish", false);
+    let target = swapped.requested("mount");
+    let mut tally = Tally::new("a parent of the target path swapped for a symlink mid-call");
+    let mut refused = Refused::default();
+    for _ in 0..ROUNDS {
+        let publish = || {
+            call(&csi, |mut n| {
+                let request = publish_request(&id, &staging, &target, false);
+                async move { n.node_publish_volume(request).await }
+            })
+        };
+        if refused.add(until_ok(publish).await) {
+            checked(&mut tally, &swapped, 1, "publish");
+        } else {
+            tally.record(Outcome::Failed, "publish never answered OK");
+        }
+        let unpublish = || {
+            call(&csi, |mut n| {
+                let request = unpublish_request(&id, &target);
+                async move { n.node_unpublish_volume(request).await }
+            })
+        };
+        if refused.add(until_ok(unpublish).await) {
+            checked(&mut tally, &swapped, 0, "unpublish");
+        } else {
+            tally.record(Outcome::Failed, "unpublish never answered OK");
+        }
+    }
+    let swaps = swapped.stop();
+    tally.note(format!(
+        "{swaps} swaps, {} tries refused while swapped",
+        refused.0
+    ));
+    tally.finish();
+}
+
+#[ignore = "needs root: loop devices and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_swapped_in_mid_block_publish_or_unpublish_never_moves_the_device_elsewhere() {
+    let node = BlockNode::new(Kind::Ext4);
+    let (_process, mut csi) = served(&node.state, &node.sandbox).await;
+    let volume = (csi
+        .controller
+        .create_volume(block_create("pvc-swap-block", 1 << 20))
+        .await)
+        .expect("create")
+        .into_inner()
+        .volume
+        .expect("volume");
+    let id = volume.volume_id;
+    let staging = node.sandbox.dir("plugins/globalmount");
+    (csi.node.node_stage_volume(block_stage(&id, &staging)).await).expect("stage");
+    let swapped = Swapped::new(&node.sandbox, "block", true);
+    let target = swapped.requested("dev");
+    let mut tally = Tally::new("a parent of a block target swapped for a symlink mid-call");
+    let mut refused = Refused::default();
+    for _ in 0..ROUNDS / 2 {
+        let publish = || {
+            call(&csi, |mut n| {
+                let request = block_publish(&id, &staging, &target, false);
+                async move { n.node_publish_volume(request).await }
+            })
+        };
+        if refused.add(until_ok(publish).await) {
+            checked(&mut tally, &swapped, 1, "publish");
+        } else {
+            tally.record(Outcome::Failed, "publish never answered OK");
+        }
+        let unpublish = || {
+            call(&csi, |mut n| {
+                let request = unpublish_request(&id, &target);
+                async move { n.node_unpublish_volume(request).await }
+            })
+        };
+        if refused.add(until_ok(unpublish).await) {
+            checked(&mut tally, &swapped, 0, "unpublish");
+        } else {
+            tally.record(Outcome::Failed, "unpublish never answered OK");
+        }
+    }
+    let outside = swapped.outside.clone();
+    let swaps = swapped.stop();
+    let created_outside = std::fs::read_dir(&outside).unwrap().count() - 3;
+    tally.check(
+        created_outside == 0,
+        format!("{created_outside} files made outside"),
+    );
+    tally.note(format!(
+        "{swaps} swaps, {} tries refused while swapped",
+        refused.0
+    ));
+    tally.finish();
+}
