@@ -20,6 +20,16 @@ pub fn open(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Whether `path` still names the open file `file` (by device and inode): a lock file that was
+/// unlinked or replaced while it was locked is no lock any more.
+pub fn still_at(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(path), file.metadata()) {
+        (Ok(at_path), Ok(open)) => at_path.dev() == open.dev() && at_path.ino() == open.ino(),
+        _ => false,
+    }
+}
+
 /// Writes this process's signature into the lock file it now holds.
 pub fn sign(file: &mut File) -> io::Result<()> {
     let me = format!("pid {} on {}", std::process::id(), host_name());

@@ -12,7 +12,6 @@
 //! the file that is at the path holds the claim.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -99,7 +98,7 @@ impl Claim {
             };
             // The previous holder removed the file before letting go: it is no lock any
             // more, the file now at the path (if any) is.
-            if !names(&path, &lock) {
+            if !lock_file::still_at(&path, &lock) {
                 continue;
             }
             lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", &path))?;
@@ -125,19 +124,11 @@ pub fn unsupported(error: &SocketError) -> bool {
         .is_some_and(|code| unsupported.contains(&code))
 }
 
-/// Whether `path` still names the open file `file`.
-fn names(path: &Path, file: &File) -> bool {
-    match (std::fs::symlink_metadata(path), file.metadata()) {
-        (Ok(at_path), Ok(open)) => at_path.dev() == open.dev() && at_path.ino() == open.ino(),
-        _ => false,
-    }
-}
-
 impl Drop for Claim {
     fn drop(&mut self) {
         // Removed while still locked, and only if it is still our file: a waiter then finds
         // its file gone and opens the path again (see `take`).
-        if names(&self.path, &self.lock) {
+        if lock_file::still_at(&self.path, &self.lock) {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -185,7 +176,7 @@ mod tests {
         taken.recv().unwrap();
         let second = waiter.join().unwrap();
         assert!(
-            names(second.path(), &second.lock),
+            lock_file::still_at(second.path(), &second.lock),
             "holds the file at the path"
         );
         assert!(

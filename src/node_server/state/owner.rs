@@ -1,15 +1,25 @@
-//! One node-server per state directory: an exclusive `flock` on `<state-dir>/node-server.lock`,
-//! taken before anything in the directory is read or cleaned and held until the driver is
-//! dropped (for a process, its whole life: the kernel releases it at exit, even SIGKILL).
+//! One node-server per state directory: an exclusive `flock` on the state directory itself,
+//! then one on `<state-dir>/node-server.lock`, taken before anything in the directory is read
+//! or cleaned and held until the driver is dropped (for a process, its whole life: the kernel
+//! releases them at exit, even SIGKILL).
 //!
 //! Two instances on one directory (a DaemonSet rolled with surge, two DaemonSets on one
 //! hostPath, an operator's second copy) would otherwise clean up each other's copies in
 //! progress and give one volume name two IDs. `flock` rather than `fcntl` locks: it belongs to
 //! the open file, not the process, so a second `open` in the same process is refused too (the
 //! in-process tests rely on it), and a waiter blocked in `flock` wakes as soon as it is free.
+//!
+//! Why two locks. A lock file can be unlinked or replaced while it is held (`rm`, `mv`, a
+//! clean-up script): the next instance then locks a new file and serves beside the holder.
+//! The directory cannot be: replacing it means moving every file of the holder's along with it,
+//! so whoever holds the directory's lock holds what is in it. The file lock stays for versions
+//! before this one, which lock only the file: during a rollout the two generations still
+//! exclude each other. It is checked by inode after each `flock` (a file no longer at the path
+//! is no lock) and taken again from the file that is.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -19,11 +29,12 @@ use crate::path_io::PathIoError;
 
 use super::state_dir::StateDir;
 
-/// The lock on a state directory; released when dropped.
+/// The locks on a state directory; released when dropped.
 #[derive(Debug)]
 pub struct Owner {
     state_dir: StateDir,
-    _lock: Flock<File>,
+    _directory: Flock<File>,
+    _file: Flock<File>,
 }
 
 /// Why the state directory could not be taken.
@@ -36,39 +47,88 @@ pub enum OwnerError {
 }
 
 impl Owner {
-    /// Takes the lock if it is free.
+    /// Takes the locks if they are free.
     pub fn try_take(state_dir: &StateDir) -> Result<Self, OwnerError> {
         Self::take(state_dir, FlockArg::LockExclusiveNonblock)
     }
 
-    /// Waits for the lock (blocking the thread) and takes it.
+    /// Waits for the locks (blocking the thread) and takes them.
     pub fn wait(state_dir: &StateDir) -> Result<Self, OwnerError> {
         Self::take(state_dir, FlockArg::LockExclusive)
     }
 
     fn take(state_dir: &StateDir, how: FlockArg) -> Result<Self, OwnerError> {
-        let path = state_dir.owner_lock();
-        let file = lock_file::open(&path).map_err(PathIoError::at("open lock file", &path))?;
-        let mut lock = match Flock::lock(file, how) {
-            Ok(lock) => lock,
-            Err((mut file, Errno::EWOULDBLOCK)) => {
-                return Err(OwnerError::Busy {
-                    dir: state_dir.root().to_owned(),
-                    holder: lock_file::holder(&mut file),
-                });
-            }
-            Err((_, errno)) => return Err(PathIoError::at("lock", &path)(errno.into()).into()),
+        let root = state_dir.root();
+        let directory = open_directory(root).map_err(PathIoError::at("open", root))?;
+        let busy = |holder| OwnerError::Busy {
+            dir: root.to_owned(),
+            holder,
         };
-        lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", &path))?;
+        let directory = match Flock::lock(directory, how) {
+            Ok(lock) => lock,
+            Err((_, Errno::EWOULDBLOCK)) => return Err(busy(signature(state_dir))),
+            Err((_, errno)) => return Err(PathIoError::at("lock", root)(errno.into()).into()),
+        };
+        let file = lock_file_at(&state_dir.owner_lock(), how)?.map_err(busy)?;
         Ok(Self {
             state_dir: state_dir.clone(),
-            _lock: lock,
+            _directory: directory,
+            _file: file,
         })
     }
 
     /// The directory this lock is on.
     pub fn state_dir(&self) -> &StateDir {
         &self.state_dir
+    }
+}
+
+fn open_directory(path: &Path) -> std::io::Result<File> {
+    use nix::libc::{O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW};
+    (std::fs::OpenOptions::new().read(true))
+        .custom_flags(O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        .open(path)
+}
+
+/// Tries to lock the file at `path` before giving up: each try is lost only to a neighbour
+/// replacing the path meanwhile.
+const LOCK_FILE_TRIES: usize = 100;
+
+/// The lock on the file at `path`, signed; `Err(holder)` when another holds it. Taken under
+/// the directory's lock, so the path is ours to mend: a file that is no longer at the path
+/// once locked (unlinked or replaced meanwhile) is no lock, and the file now there is locked
+/// instead; a symbolic link put there is removed (never followed) and a file made.
+fn lock_file_at(path: &Path, how: FlockArg) -> Result<Result<Flock<File>, String>, OwnerError> {
+    for _ in 0..LOCK_FILE_TRIES {
+        let file = match lock_file::open(path) {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+                log::warn!("{} was a symbolic link; removed", path.display());
+                crate::linux::resolve::remove(path, false)
+                    .map_err(PathIoError::at("remove symbolic link", path))?;
+                continue;
+            }
+            opened => opened.map_err(PathIoError::at("open lock file", path))?,
+        };
+        let mut lock = match Flock::lock(file, how) {
+            Ok(lock) => lock,
+            Err((mut file, Errno::EWOULDBLOCK)) => return Ok(Err(lock_file::holder(&mut file))),
+            Err((_, errno)) => return Err(PathIoError::at("lock", path)(errno.into()).into()),
+        };
+        if !lock_file::still_at(path, &lock) {
+            continue;
+        }
+        lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", path))?;
+        return Ok(Ok(lock));
+    }
+    let replaced = std::io::Error::other("replaced at every try");
+    Err(PathIoError::new("lock", path, replaced).into())
+}
+
+/// Who holds the directory, as the holder signed its lock file.
+fn signature(state_dir: &StateDir) -> String {
+    match lock_file::open(&state_dir.owner_lock()) {
+        Ok(mut file) => lock_file::holder(&mut file),
+        Err(_) => "holder unknown".to_owned(),
     }
 }
 
