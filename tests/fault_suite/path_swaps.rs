@@ -69,7 +69,9 @@ impl Swapped {
             std::thread::spawn(move || {
                 let mut rng = 0x9E37_79B9_7F4A_7C15_u64;
                 let mut micros = move || {
-                    (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17);
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
                     Duration::from_micros(rng % 2_000)
                 };
                 let swap = || {

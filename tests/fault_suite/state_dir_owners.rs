@@ -82,9 +82,12 @@ async fn ten_surge_hand_overs_on_one_state_dir_keep_every_volume_under_one_id() 
 /// Rounds of every way to take the lock file from under its holder.
 const LOCK_ROUNDS: usize = 20;
 
+/// One way to take the lock file at the path from under its holder.
+type Attack = fn(&Path);
+
 /// What a neighbour (root, or a clean-up script) can do to `<state-dir>/node-server.lock`
 /// while a node-server holds it.
-const LOCK_ATTACKS: [(&str, fn(&Path)); 5] = [
+const LOCK_ATTACKS: [(&str, Attack); 5] = [
     ("unlinked", |lock| std::fs::remove_file(lock).unwrap()),
     ("moved away", |lock| {
         std::fs::rename(lock, lock.with_extension("moved")).unwrap()
