@@ -148,32 +148,67 @@ pub fn top_at(
     top_of(&fd, is_mount_point)
 }
 
-/// [`top_at`] of the entry `name` in the directory `dir` is open on (through no symbolic
-/// link). The descriptor of the mount's root is closed again: held, it would keep the mount
-/// busy for an unmount.
-pub fn top_in(
+/// A mount's identity at a mount point, without its flags: what an unmount checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Root {
+    pub mnt_id: u64,
+    pub shows: Shown,
+}
+
+impl Top {
+    /// Whether `root` is this mount.
+    pub fn is(&self, root: &Root) -> bool {
+        self.mnt_id == root.mnt_id && self.shows == root.shows
+    }
+}
+
+/// The mount at the entry `name` of the directory `dir` is open on (through no symbolic link),
+/// if that entry is a mount point. The descriptor of the mount's root is closed again: held,
+/// it would keep the mount busy for an unmount.
+pub fn root_in(
     dir: &OwnedFd,
     name: &OsStr,
     is_mount_point: impl FnOnce() -> std::io::Result<bool>,
-) -> std::io::Result<Option<Top>> {
+) -> std::io::Result<Option<Root>> {
     match open_no_symlinks_in(dir, name, OFlag::empty()) {
-        Ok(fd) => top_of(&fd, is_mount_point),
+        Ok(fd) => root_of(&fd, is_mount_point),
         Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
 
-/// The mount whose root `fd` is open on, if it is one.
-pub fn top_of(
+/// The mount whose root `fd` is open on, if it is one (one `statx`).
+pub fn root_of(
+    fd: &OwnedFd,
+    is_mount_point: impl FnOnce() -> std::io::Result<bool>,
+) -> std::io::Result<Option<Root>> {
+    let stx = statx_fd(fd)?;
+    let root = Root {
+        mnt_id: stx.mnt_id,
+        shows: stx.shown,
+    };
+    Ok(mounted(&stx, is_mount_point)?.then_some(root))
+}
+
+/// Whether what `stx` describes is a mount's root; `is_mount_point` answers where the kernel
+/// cannot say (before 5.8).
+fn mounted(
+    stx: &Statx,
+    is_mount_point: impl FnOnce() -> std::io::Result<bool>,
+) -> std::io::Result<bool> {
+    match stx.mount_root {
+        Some(root) => Ok(root),
+        None => is_mount_point(),
+    }
+}
+
+/// The mount whose root `fd` is open on, if it is one, with its flags.
+fn top_of(
     fd: &OwnedFd,
     is_mount_point: impl FnOnce() -> std::io::Result<bool>,
 ) -> std::io::Result<Option<Top>> {
     let stx = statx_fd(fd)?;
-    let mounted = match stx.mount_root {
-        Some(root) => root,
-        None => is_mount_point()?,
-    };
-    if !mounted {
+    if !mounted(&stx, is_mount_point)? {
         return Ok(None);
     }
     let flags = nix::sys::statvfs::fstatvfs(fd)?.flags();

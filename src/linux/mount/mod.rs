@@ -14,7 +14,7 @@ use nix::mount::{MntFlags, MsFlags};
 use crate::linux::mount_options::kept_flags;
 pub use crate::linux::mount_options::{MountOptions, OptionsError};
 use crate::linux::mountinfo::MountTable;
-use crate::linux::mountpoint::{self, Shown, Top};
+use crate::linux::mountpoint::{self, Root, Shown, Top};
 use crate::linux::resolve::open_no_symlinks;
 use crate::linux::statmount::{self, Containing};
 use crate::path_io::PathIoError;
@@ -110,8 +110,8 @@ fn open_new_mount(from: &OwnedFd, target: &Path) -> Result<OwnedFd, MountError> 
     let at = |e| PathIoError::new("open new mount", target, e);
     let mounted = open_no_symlinks(target, OFlag::empty()).map_err(|e| at(e.into()))?;
     let source = mountpoint::shown_of(from).map_err(at)?;
-    match mountpoint::top_of(&mounted, || Ok(true)).map_err(at)? {
-        Some(top) if top.shows == source => Ok(mounted),
+    match mountpoint::root_of(&mounted, || Ok(true)).map_err(at)? {
+        Some(root) if root.shows == source => Ok(mounted),
         _ => Err(at(changed())),
     }
 }
@@ -136,21 +136,21 @@ fn remount(from: &OwnedFd, target: &Path, options: MountOptions) -> Result<(), M
 /// Undoes the bind just made at `target` (kernels before 5.12).
 fn unmount_new(from: &OwnedFd, target: &Path) -> Result<(), MountError> {
     let source = mountpoint::shown_of(from).map_err(|e| PathIoError::new("unmount", target, e))?;
-    unmount_if(target, |top| top.shows == source)
+    unmount_if(target, |root| root.shows == source)
 }
 
 /// Unmounts the topmost mount at `target` if `wanted` holds for it. Both the check and the
 /// unmount find it from its parent, opened once through no symbolic link, by the one name
 /// (not followed if a link): what is unmounted is in the directory that was checked. The
 /// descriptor held is the parent's, which does not keep the mount itself busy.
-fn unmount_if(target: &Path, wanted: impl FnOnce(&Top) -> bool) -> Result<(), MountError> {
+fn unmount_if(target: &Path, wanted: impl FnOnce(&Root) -> bool) -> Result<(), MountError> {
     let at = |e| PathIoError::new("unmount", target, e);
     let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
         return Err(at(std::io::ErrorKind::InvalidInput.into()));
     };
     let dir = open_no_symlinks(parent, OFlag::O_DIRECTORY).map_err(|e| at(e.into()))?;
-    match mountpoint::top_in(&dir, name, in_table(target)).map_err(at)? {
-        Some(top) if wanted(&top) => {}
+    match mountpoint::root_in(&dir, name, in_table(target)).map_err(at)? {
+        Some(root) if wanted(&root) => {}
         _ => return Err(at(changed())),
     }
     let in_dir = Path::new(&fd_path(&dir)).join(name);
@@ -205,9 +205,7 @@ impl Mounter for LinuxMounter {
     }
 
     fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {
-        unmount_if(target, |top| {
-            top.mnt_id == checked.mnt_id && top.shows == checked.shows
-        })
+        unmount_if(target, |root| checked.is(root))
     }
 }
 
