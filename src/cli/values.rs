@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::quantity::Quantity;
 
 mod files;
-pub use files::{AbsolutePath, HostSocketPath, SocketMode};
+pub use files::{AbsolutePath, GroupId, HostSocketPath, SocketMode};
 
 /// What frames a refusal inside argh's error text.
 const FRAME: char = '\0';
@@ -123,6 +123,7 @@ flag_value!(
     AbsolutePath,
     HostSocketPath,
     SocketMode,
+    GroupId,
     FlowFile,
 );
 

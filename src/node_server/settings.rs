@@ -10,8 +10,8 @@ use argh::{ArgsInfo, FromArgs};
 
 use super::config::{self, Config};
 use crate::cli::values::{
-    ByteSize, FlagValue, HttpEndpoint, NonEmptyPath, OrEmpty, PositiveDuration, SocketAddress,
-    SocketMode,
+    AbsolutePath, ByteSize, FlagValue, GroupId, HttpEndpoint, OrEmpty, PositiveDuration,
+    SocketAddress, SocketMode,
 };
 use crate::linux::quota;
 use crate::{BoxError, UsageError, socket};
@@ -46,14 +46,14 @@ crate::mode_args! {
         #[argh(switch)]
         pub overcommit: bool,
         /// directory holding volumes and their state (default "/var/lib/csi-nodekit")
-        #[argh(option, default = "NonEmptyPath::known(\"/var/lib/csi-nodekit\")")]
-        pub state_dir: NonEmptyPath,
+        #[argh(option, default = "AbsolutePath::known(\"/var/lib/csi-nodekit\")")]
+        pub state_dir: AbsolutePath,
         /// file mode of the CSI socket, octal permission bits (default 0660)
         #[argh(option, default = "SocketMode::from_bits(0o660)", arg_name = "value")]
         pub socket_mode: SocketMode,
         /// numeric group ID to own the CSI socket
         #[argh(option, arg_name = "int")]
-        pub socket_group: Option<u32>,
+        pub socket_group: Option<GroupId>,
         /// hold volumes to their sizes with project quotas: auto (where the filesystem can),
         /// on (or refuse to start), off (never touch quotas) (default auto)
         #[argh(option, default = "quota::Mode::Auto", arg_name = "value")]
@@ -117,11 +117,21 @@ impl Settings {
             ..Config::new(&args.driver_name, "", args.state_dir.into_path())
         };
         config.check().map_err(UsageError::new)?;
+        let endpoint = args.endpoint.into_path();
+        if let Some(inside) = inside_state(&endpoint, &config.state_dir) {
+            return Err(UsageError::new(format!(
+                "--endpoint {} is inside --state-dir's {}: a socket there is taken for a \
+                 leftover and removed at the next start",
+                endpoint.display(),
+                inside.display()
+            ))
+            .into());
+        }
         Ok(Self {
-            endpoint: args.endpoint.into_path(),
+            endpoint,
             socket_perms: socket::Permissions {
                 mode: args.socket_mode.bits(),
-                gid: args.socket_group,
+                gid: args.socket_group.map(GroupId::get),
             },
             state_dir_busy: args.state_dir_busy,
             http_endpoint: args
@@ -134,6 +144,21 @@ impl Settings {
 }
 
 /// `--state-dir-busy`: what to do when another node-server holds the state directory.
+/// The directory of the state directory's layout that `endpoint` lies in, compared as
+/// written (neither exists yet at parse time).
+fn inside_state(endpoint: &std::path::Path, state_dir: &std::path::Path) -> Option<PathBuf> {
+    let (endpoint, state_dir) = (
+        crate::paths::normalise(&endpoint.to_string_lossy()).ok()?,
+        crate::paths::normalise(&state_dir.to_string_lossy()).ok()?,
+    );
+    let layout = crate::node_server::state::state_dir::StateDir::at(state_dir);
+    layout
+        .kept_dirs()
+        .into_iter()
+        .find(|dir| endpoint.starts_with(dir))
+        .map(std::path::Path::to_owned)
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StateDirBusy {
     /// Wait for it to exit, then take over.

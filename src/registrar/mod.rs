@@ -23,8 +23,8 @@ use argh::{ArgsInfo, FromArgs};
 pub use service::{Phase, RegistrationService, Tracker, Verdict, plugin_info};
 
 use crate::cli::values::{
-    self, AbsolutePath, FlagValue, HostSocketPath, HttpEndpoint, OrEmpty, PositiveDuration,
-    Refusal, SocketAddress, SocketMode,
+    self, AbsolutePath, FlagValue, GroupId, HostSocketPath, HttpEndpoint, OrEmpty,
+    PositiveDuration, Refusal, SocketAddress, SocketMode,
 };
 use crate::gocompat::GoDuration;
 use crate::runtime::Threads;
@@ -72,7 +72,7 @@ crate::mode_args! {
         pub socket_mode: SocketMode,
         /// numeric group ID to own the registration socket
         #[argh(option, arg_name = "int")]
-        pub socket_group: Option<u32>,
+        pub socket_group: Option<GroupId>,
         /// accepted and ignored: Go's profiling endpoints
         #[argh(switch)]
         pub enable_pprof: bool,
@@ -157,7 +157,7 @@ impl Settings {
             driver_wait_limit: args.driver_wait_limit.map(|d| d.0).filter(|d| !d.is_zero()),
             socket_perms: socket::Permissions {
                 mode: args.socket_mode.bits(),
-                gid: args.socket_group,
+                gid: args.socket_group.map(GroupId::get),
             },
         }))
     }

@@ -311,9 +311,11 @@ pub fn bad_flag_values() -> Vec<BadFlag> {
     ]
 }
 
-/// Flags that upstream takes and then cannot work with: a relative or over-long socket path
-/// handed to the kubelet, a relative registry directory, no capacity at all, special bits on a
-/// socket, an IPv4 address that is none, a metrics page hidden by the health check.
+/// Flags that upstream takes and then cannot work with: a relative, over-long or `/`-ended
+/// socket path handed to the kubelet, a relative registry or state directory, no capacity at
+/// all, special bits on a socket, the group ID chown takes as "unchanged", node-server's
+/// socket where its start-up takes files for leftovers, an IPv4 address that is none, a
+/// metrics page hidden by the health check.
 pub fn unusable_flag_values() -> Vec<BadFlag> {
     const REG: &str = "--kubelet-registration-path=/var/lib/kubelet/plugins/x/csi.sock";
     /// 109 bytes: longer than a socket address holds.
@@ -344,7 +346,36 @@ pub fn unusable_flag_values() -> Vec<BadFlag> {
             &[REG, "--http-endpoint=999.1.1.1:80"],
             "--http-endpoint",
         ),
+        (
+            "csi-node-driver-registrar",
+            &["--kubelet-registration-path=/var/lib/kubelet/plugins/x/"],
+            "--kubelet-registration-path",
+        ),
+        (
+            "csi-node-driver-registrar",
+            &[REG, "--socket-group=4294967295"],
+            "--socket-group",
+        ),
         ("csi-node-server", &["--capacity=0"], "--capacity"),
+        ("csi-node-server", &["--state-dir=state"], "--state-dir"),
+        (
+            "csi-node-server",
+            &["--socket-group=4294967295"],
+            "--socket-group",
+        ),
+        (
+            "csi-node-server",
+            &[
+                "--state-dir=/var/lib/x",
+                "--endpoint=unix:///var/lib/x/volumes/csi.sock",
+            ],
+            "--endpoint",
+        ),
+        (
+            "csi-nodekit",
+            &["probe", "kubelet", "--plugins-registry=plugins_registry"],
+            "--plugins-registry",
+        ),
         ("csi-node-server", &["--socket-mode=07777"], "--socket-mode"),
         ("csi-node-server", &["--socket-mode=4660"], "--socket-mode"),
         (

@@ -1,5 +1,5 @@
 //! Flag values that name files on the node: [`AbsolutePath`], [`HostSocketPath`] (a socket
-//! path handed to the kubelet) and [`SocketMode`].
+//! path handed to the kubelet), [`SocketMode`] and [`GroupId`] (a socket's group).
 
 use std::path::PathBuf;
 
@@ -50,6 +50,11 @@ impl FlagValue for HostSocketPath {
         if !path.starts_with('/') {
             return Err(Refusal::new(
                 "must be an absolute path: the kubelet dials it from its own directory",
+            ));
+        }
+        if path.ends_with('/') {
+            return Err(Refusal::new(
+                "ends in /: a socket path names the socket file, not a directory",
             ));
         }
         match path.len() > MAX_SOCKET_PATH {
@@ -165,6 +170,29 @@ mod tests {
                 "expected octal such as 0660",
                 "{bad}"
             );
+        }
+    }
+}
+
+/// A numeric group ID for a socket file. `4294967295` is `(gid_t)-1`, which `chown(2)` takes
+/// as "leave the group unchanged": accepted, it would silently do nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupId(u32);
+
+impl GroupId {
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl FlagValue for GroupId {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        match text.parse::<u32>() {
+            Ok(u32::MAX) => Err(Refusal::new(
+                "is (gid_t)-1, which chown takes as \"leave the group unchanged\"",
+            )),
+            Ok(gid) => Ok(Self(gid)),
+            Err(_) => Err(Refusal::new("expected a numeric group ID")),
         }
     }
 }

@@ -172,3 +172,19 @@ fn flow_files_need_a_known_extension_and_a_place_that_can_be_written() {
         "cannot be written: is a directory"
     );
 }
+
+#[test]
+fn a_group_id_is_a_number_other_than_the_one_chown_takes_as_unchanged() {
+    assert_eq!(GroupId::parse("65532").unwrap().get(), 65532);
+    assert_eq!(GroupId::parse("0").unwrap().get(), 0);
+    assert!(why::<GroupId>("4294967295").contains("leave the group unchanged"));
+    assert_eq!(why::<GroupId>("wheel"), "expected a numeric group ID");
+    assert_eq!(why::<GroupId>("-1"), "expected a numeric group ID");
+}
+
+#[test]
+fn a_socket_path_for_the_kubelet_that_ends_in_a_slash_names_no_socket() {
+    assert!(why::<HostSocketPath>("/var/lib/kubelet/plugins/x/").starts_with("ends in /"));
+    assert!(why::<HostSocketPath>("unix:///var/lib/kubelet/plugins/x/").starts_with("ends in /"));
+    assert!(HostSocketPath::parse("/var/lib/kubelet/plugins/x/csi.sock").is_ok());
+}

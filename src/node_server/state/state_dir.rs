@@ -119,6 +119,13 @@ impl StateDir {
         Ok(())
     }
 
+    /// The directories whose entries start-up takes for its own (records, data, leftovers to
+    /// set aside): nothing else may live there.
+    pub fn kept_dirs(&self) -> [&Path; 5] {
+        let [_, dirs @ ..] = self.private_dirs();
+        dirs
+    }
+
     fn private_dirs(&self) -> [&Path; 6] {
         [
             &self.root,

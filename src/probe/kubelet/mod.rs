@@ -28,6 +28,7 @@ use argh::{ArgsInfo, FromArgs};
 use tokio::sync::mpsc::{self, UnboundedSender};
 
 use crate::BoxError;
+use crate::cli::values::{AbsolutePath, FlagValue};
 use crate::flow::{Flow, FlowFile, Recorder};
 use crate::runtime::Threads;
 use crate::shutdown::Shutdown;
@@ -43,9 +44,9 @@ crate::mode_args! {
         /// "/var/lib/kubelet/plugins_registry")
         #[argh(
             option,
-            default = "PathBuf::from(\"/var/lib/kubelet/plugins_registry\")"
+            default = "AbsolutePath::known(\"/var/lib/kubelet/plugins_registry\")"
         )]
-        pub plugins_registry: PathBuf,
+        pub plugins_registry: AbsolutePath,
         /// prefix for host paths returned by plugins, when running in a container
         #[argh(option)]
         pub host_root: Option<PathBuf>,
@@ -178,7 +179,7 @@ impl Settings {
             once: args.once,
             flow: args.flow,
             config: Config {
-                registry: args.plugins_registry,
+                registry: args.plugins_registry.into_path(),
                 host_root: args.host_root,
                 node_name: node_name(args.node_name)?,
             },
