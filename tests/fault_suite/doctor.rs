@@ -2,7 +2,8 @@
 //! is an absolute link (under `--host-root`, as the doctor pod runs), a registry link pointing
 //! out of `--host-root` (never followed there), a directory named like a registration socket
 //! (which stops every registrar: reported), and runs that cannot check — as another user, with
-//! a `--host-root` or `--proc-root` that is not there — exiting 2 with the reason and no report.
+//! a `--host-root` or `--proc-root` that is not there — exiting 2 with the reason and no report;
+//! and a report whose reader is gone before it is written (`| head`).
 
 use std::os::unix::fs::symlink;
 use std::os::unix::process::CommandExt;
@@ -124,12 +125,42 @@ async fn missing_roots_exit_2() -> Result<(), String> {
     )
 }
 
+/// `probe doctor … | head -3`: the report's reader closes the pipe before the doctor writes.
+/// The doctor stops printing and exits as it would have with the report read to the end, with
+/// no panic and no backtrace.
+async fn reader_gone_is_no_panic() -> Result<(), String> {
+    let root = KubeletRoot::new();
+    let read = output(command(&root.root, &[])).await;
+    let mut gone = command(&root.root, &[]);
+    gone.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = gone.spawn().unwrap();
+        drop(child.stdout.take());
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let fine = out.status.code() == read.status.code() && !stderr.contains("panicked");
+    fine.then_some(()).ok_or_else(|| {
+        format!(
+            "exit {:?} (read to the end: {:?}), stderr {stderr:?}",
+            out.status.code(),
+            read.status.code()
+        )
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: the doctor refuses to check a node without it"]
 async fn the_doctor_on_linked_roots_odd_registries_and_runs_it_cannot_check() {
     let mut tally = Tally::new("probe doctor on messy nodes and runs it cannot check");
     for round in 0..ROUNDS {
         let tries = [
+            (
+                "its reader gone before the report (`| head`): no panic, the usual exit",
+                reader_gone_is_no_panic().await,
+            ),
             (
                 "linked /var/lib/kubelet under --host-root: healthy",
                 linked_kubelet_root_is_healthy().await,

@@ -88,7 +88,7 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
     // A filesystem call stuck on a hung mount must not keep the process alive.
     let diagnosed = crate::runtime::run_detached(threads, async { Ok(diagnose(&settings).await) })?;
     let report = diagnosed.map_err(UsageError::new)?;
-    println!("{}", report.render(settings.output));
+    crate::cli::print_line(&report.render(settings.output))?;
     if let Some(file) = &settings.flow {
         file.write(&flow::draw(&report))?;
     }

@@ -214,7 +214,7 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         return crate::runtime::run(threads, async move {
             let report = once_drawn(config, flow.clone()).await?;
             draw(&flow)?;
-            println!("{}", report.render(output));
+            crate::cli::print_line(&report.render(output))?;
             match report.problem() {
                 None => Ok(()),
                 Some(problem) => Err(problem.into()),
@@ -225,7 +225,9 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         let (sender, mut events) = mpsc::unbounded_channel::<Event>();
         let printing = async {
             while let Some(event) = events.recv().await {
-                println!("{}", event.render(output));
+                if !printed(&event.render(output)) {
+                    break;
+                }
                 if let Err(e) = draw(&flow) {
                     log::error!("{e}");
                 }
@@ -237,8 +239,19 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
         };
         // Events that were already queued when the signal came are still printed.
         while let Ok(event) = events.try_recv() {
-            println!("{}", event.render(output));
+            if !printed(&event.render(output)) {
+                break;
+            }
         }
         result.and(draw(&flow))
+    })
+}
+
+/// Prints one event; `false` once nobody reads them any more (the reader went away, or
+/// standard output failed, which is logged): the watch then ends.
+fn printed(text: &str) -> bool {
+    crate::cli::print_line(text).unwrap_or_else(|e| {
+        log::error!("printing an event: {e}");
+        false
     })
 }
