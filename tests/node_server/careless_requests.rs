@@ -145,7 +145,45 @@ pub(crate) async fn codes_for(csi: &mut Csi, id: &str, dir: &Path) -> Vec<(&'sta
             "DeleteVolume",
             code_of(c.delete_volume(delete_request(id)).await.map(drop)),
         ),
+        (
+            "CreateVolume from a volume",
+            code_of(
+                c.create_volume(from_source(volume_source(id)))
+                    .await
+                    .map(drop),
+            ),
+        ),
+        (
+            "CreateVolume from a snapshot",
+            code_of(
+                c.create_volume(from_source(snapshot_source(id)))
+                    .await
+                    .map(drop),
+            ),
+        ),
     ]
+}
+
+/// A CreateVolume request of a new name whose content comes from `source`.
+fn from_source(source: volume_content_source::Type) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        volume_content_source: Some(VolumeContentSource {
+            r#type: Some(source),
+        }),
+        ..create_request("pvc-from-a-careless-source", 1 << 20)
+    }
+}
+
+fn volume_source(id: &str) -> volume_content_source::Type {
+    volume_content_source::Type::Volume(volume_content_source::VolumeSource {
+        volume_id: id.into(),
+    })
+}
+
+fn snapshot_source(id: &str) -> volume_content_source::Type {
+    volume_content_source::Type::Snapshot(volume_content_source::SnapshotSource {
+        snapshot_id: id.into(),
+    })
 }
 
 #[tokio::test]
@@ -154,7 +192,17 @@ async fn malformed_volume_ids_are_invalid_in_every_call_and_unknown_ones_are_not
     let dir = sandbox.dir("pods");
     let outside = sandbox.dir("outside");
     std::fs::write(outside.join("keep"), b"x").unwrap();
-    for bad in ["..", "/", "a/b", "../../outside", ".", "", &"x".repeat(129)] {
+    for bad in [
+        "..",
+        "/",
+        "a/b",
+        "../../outside",
+        ".",
+        "",
+        &"x".repeat(129),
+        "a\0b",
+        "a\x7fb",
+    ] {
         for (rpc, code) in codes_for(&mut csi, bad, &dir).await {
             assert_eq!(code, Code::InvalidArgument, "{rpc} of {bad:?}");
         }

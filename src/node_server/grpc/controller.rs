@@ -104,16 +104,18 @@ fn access_type(caps: &[validate::Capability]) -> Result<bool, Status> {
     Ok(block)
 }
 
-/// A content source, checked: a snapshot or volume ID, whichever it names.
+/// A content source, checked: a snapshot or volume ID, whichever it names, held to the same
+/// rules as that ID in any other field (INVALID_ARGUMENT, the ID clipped and quoted).
 fn content_source(source: &VolumeContentSource) -> Result<ContentSource, Status> {
     use volume_content_source::Type;
     match &source.r#type {
         Some(Type::Snapshot(s)) => Ok(ContentSource::Snapshot(
-            validate::required("volume_content_source.snapshot.snapshot_id", &s.snapshot_id)?
+            validate::snapshot_id("volume_content_source.snapshot.snapshot_id", &s.snapshot_id)?
                 .to_owned(),
         )),
         Some(Type::Volume(v)) => Ok(ContentSource::Volume(
-            validate::required("volume_content_source.volume.volume_id", &v.volume_id)?.to_owned(),
+            validate::volume_id_of("volume_content_source.volume.volume_id", &v.volume_id)?
+                .to_owned(),
         )),
         None => Err(Status::invalid_argument(
             "volume_content_source names neither a snapshot nor a volume",

@@ -54,7 +54,7 @@ pub fn named<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
 /// 128 bytes and one plain path component, as the IDs this plugin issues are.
 pub fn snapshot_id<'a>(field: &str, id: &'a str) -> Result<&'a str, Status> {
     required(field, id)?;
-    let problem = match volume_id_problem(id) {
+    let problem = match id_problem(id) {
         _ if id.len() > MAX_STRING => Some("is longer than the spec's 128 bytes"),
         problem => problem,
     };
@@ -83,12 +83,22 @@ pub fn volume_id(id: &str) -> Result<&str, Status> {
 /// [`volume_id`], in a field of another name (`source_volume_id`, `source_volume_ids`).
 pub fn volume_id_of<'a>(field: &str, id: &'a str) -> Result<&'a str, Status> {
     required(field, id)?;
-    match volume_id_problem(id) {
+    match id_problem(id) {
         Some(problem) => Err(Status::invalid_argument(format!(
             "{field} {:?} {problem}",
             clip(id)
         ))),
         None => Ok(id),
+    }
+}
+
+/// What is wrong with an ID from a request: what makes it no directory name of ours, or a
+/// control character (NUL, DEL, ESC…), which no ID this plugin issues has and which a message
+/// naming the ID would carry to the CO's logs raw.
+fn id_problem(id: &str) -> Option<&'static str> {
+    match volume_id_problem(id) {
+        None if id.chars().any(char::is_control) => Some("contains a control character"),
+        problem => problem,
     }
 }
 
