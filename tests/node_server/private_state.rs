@@ -143,7 +143,16 @@ pub(crate) fn loosened(state: &Path, mode: u32) {
         let loose = std::fs::Permissions::from_mode(mode);
         std::fs::set_permissions(state.join(sub), loose).unwrap();
     }
+    // Files an older version left as loose as its umask allowed (0644 beside 0755).
+    for file in LOOSE_FILES {
+        std::fs::write(state.join(file), b"").unwrap();
+        let loose = std::fs::Permissions::from_mode(mode & 0o666);
+        std::fs::set_permissions(state.join(file), loose).unwrap();
+    }
 }
+
+/// Files [`loosened`] leaves behind: the lock file, and a file in a record directory.
+const LOOSE_FILES: [&str; 2] = ["node-server.lock", "meta/left-by-an-older-version"];
 
 /// The state directory and the directories node-server keeps inside it.
 const STATE_DIRS: [&str; 6] = [
@@ -156,7 +165,8 @@ const STATE_DIRS: [&str; 6] = [
 ];
 
 #[test]
-fn a_state_directory_left_0755_by_an_older_node_server_is_tightened_with_one_line() {
+fn a_state_directory_and_its_files_left_0755_and_0644_by_an_older_node_server_are_tightened_with_one_line()
+ {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     loosened(&state, 0o755);
@@ -170,12 +180,18 @@ fn a_state_directory_left_0755_by_an_older_node_server_is_tightened_with_one_lin
         .filter(|l| l.contains("made root-only"))
         .collect();
     assert_eq!(lines.len(), 1, "{logs}");
-    assert!(lines[0].contains("(0755)"), "{}", lines[0]);
-    for sub in STATE_DIRS {
-        let mode = std::fs::metadata(state.join(sub))
+    assert!(lines[0].contains("(0755 to 0700)"), "{}", lines[0]);
+    assert!(lines[0].contains("2 file(s) (0600)"), "{}", lines[0]);
+    let mode = |path: &str| {
+        std::fs::metadata(state.join(path))
             .unwrap()
             .permissions()
-            .mode();
-        assert_eq!(mode & 0o7777, 0o700, "{sub}");
+            .mode()
+    };
+    for sub in STATE_DIRS {
+        assert_eq!(mode(sub) & 0o7777, 0o700, "{sub}");
+    }
+    for file in LOOSE_FILES {
+        assert_eq!(mode(file) & 0o7777, 0o600, "{file}");
     }
 }

@@ -2,6 +2,7 @@
 //! atomically, and what lives beside them in memory (claims, capacity, copy sources in use).
 //!
 //! - [`state_dir`] — the state directory as one value: every name under `--state-dir`.
+//! - [`loose_files`] — files an older version left readable by others, made 0600 at start.
 //! - [`owner`] — the exclusive lock that makes one node-server the directory's only user.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
 //! - [`volumes`] — the volumes this node owns: their records, claims, capacity, the storage
@@ -19,6 +20,7 @@
 pub mod attributes;
 pub mod capacity;
 pub mod escapes;
+pub mod loose_files;
 pub mod orphans;
 pub mod owner;
 pub mod snapshots;

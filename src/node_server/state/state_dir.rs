@@ -111,10 +111,25 @@ impl StateDir {
             }
             let private = std::fs::Permissions::from_mode(0o700);
             std::fs::set_permissions(dir, private).map_err(fail("tighten", dir))?;
-            tightened.push(format!("{} ({mode:04o})", dir.display()));
+            tightened.push(format!("{} ({mode:04o} to 0700)", dir.display()));
+        }
+        let records = [
+            self.volume_records.path(),
+            self.snapshot_records.path(),
+            self.group_records.path(),
+        ];
+        let files = super::loose_files::tighten(&records, &[&self.owner_lock()]).map_err(|e| {
+            StateDirError {
+                op: e.op,
+                path: e.path,
+                source: e.source,
+            }
+        })?;
+        if files > 0 {
+            tightened.push(format!("{files} file(s) (0600)"));
         }
         if !tightened.is_empty() {
-            log::info!("made root-only (0700): {}", tightened.join(", "));
+            log::info!("made root-only: {}", tightened.join(", "));
         }
         Ok(())
     }
