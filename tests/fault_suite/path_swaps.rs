@@ -133,6 +133,17 @@ impl Swapped {
         found
     }
 
+    /// Reads the mount table with the swaps paused (its paths would change under it
+    /// otherwise) and gives it to `look`.
+    fn still<R>(&self, look: impl FnOnce(&MountTable) -> R) -> R {
+        self.pause.store(true, Ordering::Relaxed);
+        let still = self.still.lock().unwrap();
+        let seen = look(&MountTable::read().expect("read mount table"));
+        drop(still);
+        self.pause.store(false, Ordering::Relaxed);
+        seen
+    }
+
     fn stop(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
@@ -157,49 +168,68 @@ where
     None
 }
 
-/// What one case counts besides the tally: refused tries.
-#[derive(Default)]
-struct Refused(usize);
+/// One case's rounds: the swapping neighbour, the tally, and the tries refused while swapped.
+struct Race {
+    swapped: Swapped,
+    tally: Tally,
+    refused: usize,
+}
 
-impl Refused {
-    fn add(&mut self, tries: Option<usize>) -> bool {
-        self.0 += tries.unwrap_or(TRIES);
-        tries.is_some()
+impl Race {
+    fn new(swapped: Swapped, case: &'static str) -> Self {
+        Self {
+            swapped,
+            tally: Tally::new(case),
+            refused: 0,
+        }
+    }
+
+    /// Makes the call `what` until it answers OK, then checks: no mount under `<outside>`, and
+    /// `expected` mounts on the real directory's leaf.
+    async fn step<F, Fut, T>(&mut self, what: &str, expected: usize, call: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let Some(refused) = until_ok(call).await else {
+            self.refused += TRIES;
+            self.tally
+                .record(Outcome::Failed, format!("{what} never answered OK"));
+            return;
+        };
+        self.refused += refused;
+        let (escapes, found) = self
+            .swapped
+            .still(|table| (self.swapped.escapes(table), self.swapped.mounts_at(table)));
+        let (outcome, how) = match () {
+            _ if !escapes.is_empty() => (Outcome::Lost, format!("mounted outside at {escapes:?}")),
+            _ if found != expected => (
+                Outcome::Failed,
+                format!("answered OK with {found} mounts at the path, not {expected}"),
+            ),
+            _ => (Outcome::Survived, String::new()),
+        };
+        self.tally.record(outcome, format!("{what}: {how}"));
+    }
+
+    fn finish(self) {
+        let Self {
+            swapped,
+            mut tally,
+            refused,
+        } = self;
+        let swaps = swapped.stop();
+        tally.note(format!(
+            "{swaps} swaps, {refused} tries refused while swapped"
+        ));
+        tally.finish();
     }
 }
 
-/// After a call answered OK: no mount under `<outside>`, and `expected` mounts on the real
-/// directory's leaf.
-fn checked(tally: &mut Tally, swapped: &Swapped, expected: usize, what: &str) {
-    swapped.pause.store(true, Ordering::Relaxed);
-    let still = swapped.still.lock().unwrap();
-    let table = MountTable::read().expect("read mount table");
-    let escapes = swapped.escapes(&table);
-    let found = swapped.mounts_at(&table);
-    drop(still);
-    swapped.pause.store(false, Ordering::Relaxed);
-    if !escapes.is_empty() {
-        tally.record(
-            Outcome::Lost,
-            format!("{what}: mounted outside at {escapes:?}"),
-        );
-    } else if found != expected {
-        tally.record(
-            Outcome::Failed,
-            format!("{what} answered OK with {found} mounts at the path, not {expected}"),
-        );
-    } else {
-        tally.record(Outcome::Survived, what);
-    }
-}
-
-/// A call on a client of its own (a clone shares the connection), so that a closure can make
-/// it again and again.
-fn call<F, Fut>(csi: &Csi, make: F) -> Fut
-where
-    F: FnOnce(NodeClient<Channel>) -> Fut,
-{
-    make(csi.node.clone())
+/// A call on a client of its own (a clone shares the connection), so that it can be made
+/// again and again.
+fn own_client(csi: &Csi) -> NodeClient<Channel> {
+    csi.node.clone()
 }
 
 async fn served(state: &Path, sandbox: &MountSandbox) -> (KillOnDrop, Csi) {
@@ -217,38 +247,23 @@ async fn a_symlink_swapped_in_mid_stage_or_unstage_never_moves_the_staging_mount
     let id = create(&mut csi, "pvc-swap-stage", 1 << 20).await;
     let swapped = Swapped::new(&sandbox, "stage", false);
     let staging = swapped.requested("globalmount");
-    let mut tally = Tally::new("a parent of the staging path swapped for a symlink mid-call");
-    let mut refused = Refused::default();
+    let mut race = Race::new(
+        swapped,
+        "a parent of the staging path swapped for a symlink mid-call",
+    );
     for _ in 0..ROUNDS {
         let stage = || {
-            call(&csi, |mut n| {
-                let request = stage_request(&id, &staging);
-                async move { n.node_stage_volume(request).await }
-            })
+            let (mut n, request) = (own_client(&csi), stage_request(&id, &staging));
+            async move { n.node_stage_volume(request).await }
         };
-        if refused.add(until_ok(stage).await) {
-            checked(&mut tally, &swapped, 1, "stage");
-        } else {
-            tally.record(Outcome::Failed, "stage never answered OK");
-        }
+        race.step("stage", 1, stage).await;
         let unstage = || {
-            call(&csi, |mut n| {
-                let request = unstage_request(&id, &staging);
-                async move { n.node_unstage_volume(request).await }
-            })
+            let (mut n, request) = (own_client(&csi), unstage_request(&id, &staging));
+            async move { n.node_unstage_volume(request).await }
         };
-        if refused.add(until_ok(unstage).await) {
-            checked(&mut tally, &swapped, 0, "unstage");
-        } else {
-            tally.record(Outcome::Failed, "unstage never answered OK");
-        }
+        race.step("unstage", 0, unstage).await;
     }
-    let swaps = swapped.stop();
-    tally.note(format!(
-        "{swaps} swaps, {} tries refused while swapped",
-        refused.0
-    ));
-    tally.finish();
+    race.finish();
 }
 
 #[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
@@ -264,38 +279,26 @@ async fn a_symlink_swapped_in_mid_publish_or_unpublish_never_moves_the_target_mo
         .expect("stage");
     let swapped = Swapped::new(&sandbox, "publish", false);
     let target = swapped.requested("mount");
-    let mut tally = Tally::new("a parent of the target path swapped for a symlink mid-call");
-    let mut refused = Refused::default();
+    let mut race = Race::new(
+        swapped,
+        "a parent of the target path swapped for a symlink mid-call",
+    );
     for _ in 0..ROUNDS {
         let publish = || {
-            call(&csi, |mut n| {
-                let request = publish_request(&id, &staging, &target, false);
-                async move { n.node_publish_volume(request).await }
-            })
+            let (mut n, request) = (
+                own_client(&csi),
+                publish_request(&id, &staging, &target, false),
+            );
+            async move { n.node_publish_volume(request).await }
         };
-        if refused.add(until_ok(publish).await) {
-            checked(&mut tally, &swapped, 1, "publish");
-        } else {
-            tally.record(Outcome::Failed, "publish never answered OK");
-        }
+        race.step("publish", 1, publish).await;
         let unpublish = || {
-            call(&csi, |mut n| {
-                let request = unpublish_request(&id, &target);
-                async move { n.node_unpublish_volume(request).await }
-            })
+            let (mut n, request) = (own_client(&csi), unpublish_request(&id, &target));
+            async move { n.node_unpublish_volume(request).await }
         };
-        if refused.add(until_ok(unpublish).await) {
-            checked(&mut tally, &swapped, 0, "unpublish");
-        } else {
-            tally.record(Outcome::Failed, "unpublish never answered OK");
-        }
+        race.step("unpublish", 0, unpublish).await;
     }
-    let swaps = swapped.stop();
-    tally.note(format!(
-        "{swaps} swaps, {} tries refused while swapped",
-        refused.0
-    ));
-    tally.finish();
+    race.finish();
 }
 
 #[ignore = "needs root: loop devices and bind mounts in a private mount namespace (the README's test command)"]
@@ -316,42 +319,30 @@ async fn a_symlink_swapped_in_mid_block_publish_or_unpublish_never_moves_the_dev
     (csi.node.node_stage_volume(block_stage(&id, &staging)).await).expect("stage");
     let swapped = Swapped::new(&node.sandbox, "block", true);
     let target = swapped.requested("dev");
-    let mut tally = Tally::new("a parent of a block target swapped for a symlink mid-call");
-    let mut refused = Refused::default();
+    let mut race = Race::new(
+        swapped,
+        "a parent of a block target swapped for a symlink mid-call",
+    );
     for _ in 0..ROUNDS / 2 {
         let publish = || {
-            call(&csi, |mut n| {
-                let request = block_publish(&id, &staging, &target, false);
-                async move { n.node_publish_volume(request).await }
-            })
+            let (mut n, request) = (
+                own_client(&csi),
+                block_publish(&id, &staging, &target, false),
+            );
+            async move { n.node_publish_volume(request).await }
         };
-        if refused.add(until_ok(publish).await) {
-            checked(&mut tally, &swapped, 1, "publish");
-        } else {
-            tally.record(Outcome::Failed, "publish never answered OK");
-        }
+        race.step("publish", 1, publish).await;
         let unpublish = || {
-            call(&csi, |mut n| {
-                let request = unpublish_request(&id, &target);
-                async move { n.node_unpublish_volume(request).await }
-            })
+            let (mut n, request) = (own_client(&csi), unpublish_request(&id, &target));
+            async move { n.node_unpublish_volume(request).await }
         };
-        if refused.add(until_ok(unpublish).await) {
-            checked(&mut tally, &swapped, 0, "unpublish");
-        } else {
-            tally.record(Outcome::Failed, "unpublish never answered OK");
-        }
+        race.step("unpublish", 0, unpublish).await;
     }
-    let outside = swapped.outside.clone();
-    let swaps = swapped.stop();
-    let created_outside = std::fs::read_dir(&outside).unwrap().count() - 3;
-    tally.check(
-        created_outside == 0,
-        format!("{created_outside} files made outside"),
+    // `mount`, `globalmount` and `dev` were there from the start.
+    let made_outside = std::fs::read_dir(&race.swapped.outside).unwrap().count() - 3;
+    (race.tally).check(
+        made_outside == 0,
+        format!("{made_outside} files made outside"),
     );
-    tally.note(format!(
-        "{swaps} swaps, {} tries refused while swapped",
-        refused.0
-    ));
-    tally.finish();
+    race.finish();
 }

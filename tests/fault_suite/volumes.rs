@@ -305,18 +305,8 @@ async fn malformed_volume_ids_are_refused_by_every_call_and_touch_nothing() {
     let outside = sandbox.dir("outside");
     std::fs::write(outside.join("keep"), b"x").unwrap();
     let mut tally = Tally::new("malformed volume IDs x every call that names a volume");
-    for bad in [
-        "..",
-        "/",
-        "a/b",
-        "../../outside",
-        ".",
-        "",
-        &"x".repeat(129),
-        "a\0b",
-        "a\x7fb",
-    ] {
-        let codes = crate::node_server::careless_requests::codes_for(&mut csi, bad, &dir).await;
+    for bad in crate::node_server::careless_requests::malformed_ids() {
+        let codes = crate::node_server::careless_requests::codes_for(&mut csi, &bad, &dir).await;
         for (rpc, code) in codes {
             let kept = outside.join("keep").exists();
             let outcome = match code {

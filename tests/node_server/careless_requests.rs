@@ -164,6 +164,15 @@ pub(crate) async fn codes_for(csi: &mut Csi, id: &str, dir: &Path) -> Vec<(&'sta
     ]
 }
 
+/// Volume IDs no call may take: not one plain path component, over the spec's 128 bytes, or
+/// with a control character.
+pub(crate) fn malformed_ids() -> Vec<String> {
+    let odd = ["..", "/", "a/b", "../../outside", ".", "", "a\0b", "a\x7fb"];
+    let mut ids: Vec<String> = odd.map(String::from).to_vec();
+    ids.push("x".repeat(129));
+    ids
+}
+
 /// A CreateVolume request of a new name whose content comes from `source`.
 fn from_source(source: volume_content_source::Type) -> CreateVolumeRequest {
     CreateVolumeRequest {
@@ -192,18 +201,8 @@ async fn malformed_volume_ids_are_invalid_in_every_call_and_unknown_ones_are_not
     let dir = sandbox.dir("pods");
     let outside = sandbox.dir("outside");
     std::fs::write(outside.join("keep"), b"x").unwrap();
-    for bad in [
-        "..",
-        "/",
-        "a/b",
-        "../../outside",
-        ".",
-        "",
-        &"x".repeat(129),
-        "a\0b",
-        "a\x7fb",
-    ] {
-        for (rpc, code) in codes_for(&mut csi, bad, &dir).await {
+    for bad in malformed_ids() {
+        for (rpc, code) in codes_for(&mut csi, &bad, &dir).await {
             assert_eq!(code, Code::InvalidArgument, "{rpc} of {bad:?}");
         }
     }
