@@ -1,12 +1,47 @@
 //! Lock files that say who holds them: opened without following a link, root-only, and signed
 //! by the holder with its pid and host name, so a second process waiting on the `flock` can
 //! log whom it waits for. In a pod the host name is the pod's name, and every container's pid
-//! is 1.
+//! is 1. [`take`] is the one way to lock one (the socket claim's and node-server's owner
+//! lock): checked by inode once locked, since a file unlinked or replaced meanwhile is no lock.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::path_io::PathIoError;
+
+/// What trying to lock a lock file gave.
+#[derive(Debug)]
+pub enum Lock {
+    /// Locked, and signed by this process.
+    Taken(Flock<File>),
+    /// Another process holds it; what it signed.
+    Held(String),
+}
+
+/// Locks the lock file at `path` (waiting for it or not, as `how` says) and signs it. A file
+/// that is no longer at the path once locked (its holder removed it before letting go, or a
+/// neighbour unlinked or replaced it meanwhile) is no lock: the file now at the path is
+/// locked instead.
+pub fn take(path: &Path, how: FlockArg) -> Result<Lock, PathIoError> {
+    loop {
+        let file = open(path).map_err(PathIoError::at("open lock file", path))?;
+        let mut lock = match Flock::lock(file, how) {
+            Ok(lock) => lock,
+            Err((mut file, Errno::EWOULDBLOCK)) => return Ok(Lock::Held(holder(&mut file))),
+            Err((_, errno)) => return Err(PathIoError::errno_at("lock", path)(errno)),
+        };
+        if !still_at(path, &lock) {
+            continue;
+        }
+        sign(&mut lock).map_err(PathIoError::at("write lock file", path))?;
+        return Ok(Lock::Taken(lock));
+    }
+}
 
 /// Opens (creating, 0600) the lock file at `path`, never through a symlink.
 pub fn open(path: &Path) -> io::Result<File> {

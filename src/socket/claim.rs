@@ -85,25 +85,10 @@ impl Claim {
     fn take(socket: &Path, how: FlockArg) -> Result<Result<Self, Held>, SocketError> {
         let path = lock_path(socket);
         super::create_parent(&path)?;
-        loop {
-            let file = lock_file::open(&path).map_err(PathIoError::at("open lock file", &path))?;
-            let mut lock = match Flock::lock(file, how) {
-                Ok(lock) => lock,
-                Err((mut file, Errno::EWOULDBLOCK)) => {
-                    return Ok(Err(Held {
-                        holder: lock_file::holder(&mut file),
-                    }));
-                }
-                Err((_, errno)) => return Err(PathIoError::errno_at("lock", &path)(errno).into()),
-            };
-            // The previous holder removed the file before letting go: it is no lock any
-            // more, the file now at the path (if any) is.
-            if !lock_file::still_at(&path, &lock) {
-                continue;
-            }
-            lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", &path))?;
-            return Ok(Ok(Self { path, lock }));
-        }
+        Ok(match lock_file::take(&path, how)? {
+            lock_file::Lock::Taken(lock) => Ok(Self { path, lock }),
+            lock_file::Lock::Held(holder) => Err(Held { holder }),
+        })
     }
 
     /// The lock file's path.

@@ -69,7 +69,10 @@ impl Owner {
             Err((_, Errno::EWOULDBLOCK)) => return Err(busy(signature(state_dir))),
             Err((_, errno)) => return Err(PathIoError::at("lock", root)(errno.into()).into()),
         };
-        let file = lock_file_at(&state_dir.owner_lock(), how)?.map_err(busy)?;
+        let file = match lock_file_at(&state_dir.owner_lock(), how)? {
+            lock_file::Lock::Taken(lock) => lock,
+            lock_file::Lock::Held(holder) => return Err(busy(holder)),
+        };
         Ok(Self {
             state_dir: state_dir.clone(),
             _directory: directory,
@@ -90,37 +93,25 @@ fn open_directory(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-/// Tries to lock the file at `path` before giving up: each try is lost only to a neighbour
-/// replacing the path meanwhile.
-const LOCK_FILE_TRIES: usize = 100;
+/// Symbolic links removed from the lock file's path before giving up: each is a neighbour
+/// putting one back at once.
+const LINK_TRIES: usize = 100;
 
-/// The lock on the file at `path`, signed; `Err(holder)` when another holds it. Taken under
-/// the directory's lock, so the path is ours to mend: a file that is no longer at the path
-/// once locked (unlinked or replaced meanwhile) is no lock, and the file now there is locked
-/// instead; a symbolic link put there is removed (never followed) and a file made.
-fn lock_file_at(path: &Path, how: FlockArg) -> Result<Result<Flock<File>, String>, OwnerError> {
-    for _ in 0..LOCK_FILE_TRIES {
-        let file = match lock_file::open(path) {
-            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+/// The lock on the file at `path` ([`lock_file::take`]), or who holds it. Taken under the
+/// directory's lock, so the path is ours to mend: a symbolic link put there is removed (never
+/// followed) and a file made.
+fn lock_file_at(path: &Path, how: FlockArg) -> Result<lock_file::Lock, OwnerError> {
+    for _ in 0..LINK_TRIES {
+        match lock_file::take(path, how) {
+            Err(e) if e.source.raw_os_error() == Some(nix::libc::ELOOP) => {
                 log::warn!("{} was a symbolic link; removed", path.display());
                 crate::linux::resolve::remove(path, false)
                     .map_err(PathIoError::at("remove symbolic link", path))?;
-                continue;
             }
-            opened => opened.map_err(PathIoError::at("open lock file", path))?,
-        };
-        let mut lock = match Flock::lock(file, how) {
-            Ok(lock) => lock,
-            Err((mut file, Errno::EWOULDBLOCK)) => return Ok(Err(lock_file::holder(&mut file))),
-            Err((_, errno)) => return Err(PathIoError::at("lock", path)(errno.into()).into()),
-        };
-        if !lock_file::still_at(path, &lock) {
-            continue;
+            taken => return Ok(taken?),
         }
-        lock_file::sign(&mut lock).map_err(PathIoError::at("write lock file", path))?;
-        return Ok(Ok(lock));
     }
-    let replaced = std::io::Error::other("replaced at every try");
+    let replaced = std::io::Error::other("a symbolic link put back at every try");
     Err(PathIoError::new("lock", path, replaced).into())
 }
 
