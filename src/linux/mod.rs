@@ -24,6 +24,7 @@
 //!   made or removed through a parent opened without following any.
 
 pub mod copy;
+pub mod dir_stack;
 pub mod inotify;
 pub mod ioprio;
 pub mod loopdev;

@@ -308,3 +308,49 @@ pub fn many_files(root: &Path) {
         }
     }
 }
+
+/// Nests `depth` directories named `d` under `root` (deeper than any path can name, so made
+/// a level at a time from the one above) and returns the deepest, open.
+pub fn nest(root: &Path, depth: usize) -> std::os::fd::OwnedFd {
+    use nix::fcntl::{OFlag, open};
+    use std::os::fd::AsFd;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let top = open(root, flags, Mode::empty()).expect("open the root");
+    nest_at(top.as_fd(), depth)
+}
+
+/// Nests `depth` directories named `d` in the open directory `top`; the deepest, open.
+pub fn nest_at(top: std::os::fd::BorrowedFd<'_>, depth: usize) -> std::os::fd::OwnedFd {
+    use nix::fcntl::{OFlag, openat};
+    use std::os::fd::AsFd;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut dir = openat(top, ".", flags, Mode::empty()).expect("open the top");
+    for _ in 0..depth {
+        nix::sys::stat::mkdirat(dir.as_fd(), "d", Mode::S_IRWXU).expect("mkdir d");
+        dir = openat(dir.as_fd(), "d", flags, Mode::empty()).expect("open d");
+    }
+    dir
+}
+
+/// The directory `depth` levels of `d` below `root`, open; `None` if the chain is shorter.
+pub fn reach(root: &Path, depth: usize) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OFlag, open, openat};
+    use std::os::fd::AsFd;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut dir = open(root, flags, Mode::empty()).ok()?;
+    for _ in 0..depth {
+        dir = openat(dir.as_fd(), "d", flags, Mode::empty()).ok()?;
+    }
+    Some(dir)
+}
+
+/// The contents of `name` in the open directory `dir`, if it is there.
+pub fn read_at(dir: std::os::fd::BorrowedFd<'_>, name: &str) -> Option<Vec<u8>> {
+    use nix::fcntl::{OFlag, openat};
+    use std::io::Read;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(dir, name, flags, Mode::empty()).ok()?;
+    let mut data = Vec::new();
+    fs::File::from(fd).read_to_end(&mut data).ok()?;
+    Some(data)
+}

@@ -9,6 +9,7 @@
 mod access_modes;
 mod clients;
 mod copies;
+mod deep_trees;
 mod deletes;
 mod doctor;
 mod flags;

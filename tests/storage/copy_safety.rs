@@ -2,6 +2,7 @@
 //! final name, never the source touched.
 
 use std::fs;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -71,21 +72,38 @@ fn a_copy_that_fails_midway_leaves_neither_the_final_nor_a_temporary_name() {
 
 #[test]
 #[ignore = "needs root: mounts tmpfs, ext4, XFS and btrfs scratch filesystems"]
-fn a_tree_deeper_than_the_limit_is_refused_and_nothing_is_left() {
+fn a_tree_deeper_than_any_path_is_copied_measured_and_removed_whole() {
+    // Deeper than PATH_MAX can name and than the descriptors a walk could hold one per level.
+    const DEPTH: usize = 20_000;
     let fs = ScratchFs::new(Kind::Tmpfs);
     let src = fs.path().join("src");
-    let mut path = src.clone();
-    for _ in 0..copy::MAX_DEPTH + 1 {
-        path.push("d");
-    }
-    fs::create_dir_all(&path).expect("mkdir deep");
-    let err =
-        copy::copy_tree(&src, &fs.path().join("dst"), Options::default()).expect_err("too deep");
-    assert!(matches!(err, CopyError::TooDeep { .. }), "{err}");
+    fs::create_dir(&src).expect("mkdir");
+    let bottom = tree_fixture::nest(&src, DEPTH);
+    let file = format!("/proc/self/fd/{}/f", bottom.as_raw_fd());
+    fs::write(&file, b"bottom").expect("write at the bottom");
+    drop(bottom);
+    let usage = copy::tree_usage(&src).expect("usage of a deep tree");
+    assert_eq!(
+        usage.inodes,
+        DEPTH as u64 + 2,
+        "the root, every level and the file"
+    );
+    let dst = fs.path().join("dst");
+    let report = copy::copy_tree(&src, &dst, Options::default()).expect("copy a deep tree");
+    assert_eq!(report.directories, DEPTH as u64 + 1, "{report:?}");
+    assert_eq!(report.files, 1, "{report:?}");
+    let copied = tree_fixture::reach(&dst, DEPTH).expect("the copy is as deep");
+    assert_eq!(
+        tree_fixture::read_at(copied.as_fd(), "f").as_deref(),
+        Some(b"bottom".as_slice())
+    );
+    drop(copied);
+    copy::remove_tree(&dst).expect("remove the copy");
+    copy::remove_tree(&src).expect("remove the source");
     assert_eq!(
         fs::read_dir(fs.path()).expect("read dir").count(),
-        1,
-        "only src is left"
+        0,
+        "both trees are gone"
     );
 }
 

@@ -38,9 +38,6 @@ pub enum CopyError {
     /// The destination must name a new entry in an existing directory.
     #[error("destination {} has no parent directory and file name", .0.display())]
     BadDestination(PathBuf),
-    /// Deeper than the copy keeps directories open for (each level holds two descriptors).
-    #[error("{} is nested more than {max} directories deep", path.display())]
-    TooDeep { path: PathBuf, max: usize },
     /// Removal refused to descend into another mount.
     #[error("{} is a mount point; nothing under it is removed", .0.display())]
     MountPoint(PathBuf),

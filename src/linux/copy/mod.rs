@@ -55,9 +55,6 @@ pub use dir_entries::read_names;
 use partial::Partial;
 pub use usage::{TreeUsage, tree_usage};
 
-/// The deepest tree a copy or a removal goes into: each level holds two descriptors open.
-pub const MAX_DEPTH: usize = 512;
-
 /// How data is copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {

@@ -3,8 +3,8 @@
 //! shows an incomplete copy, even after a crash. A failed copy removes its partial tree; one
 //! left by a crash is removed by [`remove_partials`](super::remove_partials).
 //!
-//! Removal never follows a symlink (it works through directory descriptors) and never
-//! descends into another mount.
+//! Removal never follows a symlink (it works through directory descriptors), never descends
+//! into another mount, and goes as deep as the tree does ([`DirStack`]).
 
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
@@ -20,9 +20,9 @@ use nix::fcntl::{OFlag, RenameFlags, openat, renameat2};
 use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, fsync, unlinkat};
 
-use super::MAX_DEPTH;
 use super::copy_error::CopyError;
 use super::dir_entries::{open_dir, read_names, statx};
+use crate::linux::dir_stack::{DirId, DirStack, OpenDir};
 use crate::path_io::PathIoError;
 
 /// What every temporary name starts with.
@@ -136,17 +136,41 @@ impl Drop for Partial<'_> {
     }
 }
 
-/// One directory being emptied.
-struct Level {
-    dir: File,
-    name: OsString,
-    names: Vec<OsString>,
-    path: PathBuf,
+/// How often a removal starts again from the top after a directory it had closed was moved
+/// (only trees deeper than [`WINDOW`](crate::linux::dir_stack::WINDOW) close any).
+const RESTARTS: usize = 3;
+
+/// Removes `name` in `parent` and, if it is a directory, everything under it, however deep.
+/// Refuses (with nothing under the mount point removed) to cross into another mount.
+pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), CopyError> {
+    let mut tries = 0;
+    loop {
+        match remove_once(parent, name, path) {
+            Err(Restart::Moved(e)) if tries < RESTARTS => {
+                log::info!("starting the removal of {} again: {e}", path.display());
+                tries += 1;
+            }
+            Err(Restart::Moved(e)) => return Err(e),
+            Err(Restart::Failed(e)) => return Err(e),
+            Ok(()) => return Ok(()),
+        }
+    }
 }
 
-/// Removes `name` in `parent` and, if it is a directory, everything under it. Refuses (with
-/// nothing under the mount point removed) to cross into another mount.
-pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), CopyError> {
+/// Why one pass of a removal ended early.
+enum Restart {
+    /// A closed level could not be reopened: something was moved; start again.
+    Moved(CopyError),
+    Failed(CopyError),
+}
+
+impl<E: Into<CopyError>> From<E> for Restart {
+    fn from(e: E) -> Self {
+        Restart::Failed(e.into())
+    }
+}
+
+fn remove_once(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<(), Restart> {
     let base = statx(parent, OsStr::new("")).map_err(PathIoError::errno_at("stat", path))?;
     let stat = match statx(parent, name) {
         Ok(stat) => stat,
@@ -154,59 +178,58 @@ pub fn remove_entry(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result
         Err(e) => return Err(PathIoError::errno_at("stat", path)(e).into()),
     };
     if !stat.same_mount(&base) {
-        return Err(CopyError::MountPoint(path.to_owned()));
+        return Err(CopyError::MountPoint(path.to_owned()).into());
     }
     if !stat.is_dir() {
-        return unlink(parent, name, path, UnlinkatFlags::NoRemoveDir);
+        return Ok(unlink(parent, name, path, UnlinkatFlags::NoRemoveDir)?);
     }
-    let mut levels = vec![open_level(parent, name, path.to_owned())?];
-    loop {
-        let depth = levels.len();
-        let Some(top) = levels.last_mut() else { break };
-        let Some(child) = top.names.pop() else {
-            let done = levels.pop().expect("the loop saw a last level");
-            let above = levels.last().map_or(parent, |level| level.dir.as_fd());
+    let mut stack = DirStack::new(open_level(parent, name, path)?);
+    while let Some(top) = stack.last_mut() {
+        let next = top.names.pop();
+        let Some(child) = next else {
+            let shown = stack.shown(path, None);
+            let done = stack
+                .pop()
+                .map_err(|e| {
+                    Restart::Moved(
+                        PathIoError::errno_at("return to the parent of", &shown)(e).into(),
+                    )
+                })?
+                .expect("the loop saw a last level");
+            let above = stack.last().map_or(parent, OpenDir::fd);
             drop(done.dir);
-            unlink(above, &done.name, &done.path, UnlinkatFlags::RemoveDir)?;
+            unlink(above, &done.name, &shown, UnlinkatFlags::RemoveDir)?;
             continue;
         };
-        let child_path = top.path.join(&child);
-        let stat = match statx(top.dir.as_fd(), &child) {
+        let dir = stack.last().expect("a level was just looked at").fd();
+        let child_path = || stack.shown(path, Some(&child));
+        let stat = match statx(dir, &child) {
             Ok(stat) => stat,
             Err(Errno::ENOENT) => continue,
-            Err(e) => return Err(PathIoError::errno_at("stat", &child_path)(e).into()),
+            Err(e) => return Err(PathIoError::errno_at("stat", &child_path())(e).into()),
         };
         if !stat.same_mount(&base) {
-            return Err(CopyError::MountPoint(child_path));
+            return Err(CopyError::MountPoint(child_path()).into());
         }
-        if !stat.is_dir() {
-            unlink(
-                top.dir.as_fd(),
-                &child,
-                &child_path,
-                UnlinkatFlags::NoRemoveDir,
-            )?;
-        } else if depth >= MAX_DEPTH {
-            return Err(CopyError::TooDeep {
-                path: child_path,
-                max: MAX_DEPTH,
-            });
+        if stat.is_dir() {
+            let level = open_level(dir, &child, &child_path())?;
+            stack.push(level);
         } else {
-            let level = open_level(top.dir.as_fd(), &child, child_path)?;
-            levels.push(level);
+            unlink(dir, &child, &child_path(), UnlinkatFlags::NoRemoveDir)?;
         }
     }
     Ok(())
 }
 
-fn open_level(parent: BorrowedFd<'_>, name: &OsStr, path: PathBuf) -> Result<Level, CopyError> {
-    let dir = File::from(open_dir(parent, name).map_err(PathIoError::errno_at("open", &path))?);
-    let names = read_names(dir.as_fd()).map_err(PathIoError::errno_at("read directory", &path))?;
-    Ok(Level {
-        dir,
+fn open_level(parent: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<OpenDir, CopyError> {
+    let dir = open_dir(parent, name).map_err(PathIoError::errno_at("open", path))?;
+    let id = DirId::of(dir.as_fd()).map_err(PathIoError::errno_at("stat", path))?;
+    let names = read_names(dir.as_fd()).map_err(PathIoError::errno_at("read directory", path))?;
+    Ok(OpenDir {
+        dir: Some(dir),
+        id,
         name: name.to_owned(),
         names,
-        path,
     })
 }
 

@@ -7,14 +7,15 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
 
 use super::copy_error::CopyError;
 use super::dir_entries::{Stat, open_dir, read_names, statx};
-use super::{MAX_DEPTH, open_source_dir};
+use super::open_source_dir;
+use crate::linux::dir_stack::{DirId, DirStack, OpenDir};
 use crate::path_io::PathIoError;
 
 /// A tree's allocated bytes and inodes.
@@ -24,7 +25,7 @@ pub struct TreeUsage {
     pub inodes: u64,
 }
 
-/// Sums what the tree `src` (a directory) holds.
+/// Sums what the tree `src` (a directory) holds, however deep.
 pub fn tree_usage(src: &Path) -> Result<TreeUsage, CopyError> {
     let (dir, root) = open_source_dir(src)?;
     let mut walk = Walk {
@@ -33,8 +34,70 @@ pub fn tree_usage(src: &Path) -> Result<TreeUsage, CopyError> {
         total: TreeUsage::default(),
     };
     walk.add(&root);
-    walk.dir(dir.as_fd(), src, 1)?;
+    let dir = OwnedFd::from(dir);
+    let Some(first) = level(dir, OsStr::new(""), src)? else {
+        return Ok(walk.total);
+    };
+    let mut stack = DirStack::new(first);
+    while let Some(top) = stack.last_mut() {
+        let next = top.names.pop();
+        let Some(name) = next else {
+            let shown = stack.shown(src, None);
+            stack
+                .pop()
+                .map_err(PathIoError::errno_at("return to the parent of", &shown))?;
+            continue;
+        };
+        let dir = stack.last().expect("a level was just looked at").fd();
+        let stat = match statx(dir, &name) {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => {
+                return Err(
+                    PathIoError::errno_at("stat", &stack.shown(src, Some(&name)))(e).into(),
+                );
+            }
+        };
+        // A mount point is not copied, and what is under it is not ours to count.
+        if !stat.same_mount(&walk.root) {
+            continue;
+        }
+        if !stat.is_dir() && stat.nlink > 1 && !walk.seen.insert(stat.inode()) {
+            continue;
+        }
+        walk.add(&stat);
+        if !stat.is_dir() {
+            continue;
+        }
+        let path = stack.shown(src, Some(&name));
+        match open_dir(dir, &name) {
+            Ok(fd) => {
+                if let Some(below) = level(fd, &name, &path)? {
+                    stack.push(below);
+                }
+            }
+            // Gone, or swapped for something else under the name: nothing to count there.
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => {}
+            Err(e) => return Err(PathIoError::errno_at("open", &path)(e).into()),
+        }
+    }
     Ok(walk.total)
+}
+
+/// A directory opened for the walk, with its names; `None` if it is gone already.
+fn level(dir: OwnedFd, name: &OsStr, path: &Path) -> Result<Option<OpenDir>, CopyError> {
+    let names = match read_names(dir.as_fd()) {
+        Ok(names) => names,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(PathIoError::errno_at("read directory", path)(e).into()),
+    };
+    let id = DirId::of(dir.as_fd()).map_err(PathIoError::errno_at("stat", path))?;
+    Ok(Some(OpenDir {
+        dir: Some(dir),
+        id,
+        name: name.to_owned(),
+        names,
+    }))
 }
 
 struct Walk {
@@ -51,60 +114,6 @@ impl Walk {
             .bytes
             .saturating_add(stat.blocks.saturating_mul(512));
         self.total.inodes += 1;
-    }
-
-    fn dir(
-        &mut self,
-        dir: std::os::fd::BorrowedFd<'_>,
-        path: &Path,
-        depth: usize,
-    ) -> Result<(), CopyError> {
-        let names = match read_names(dir) {
-            Ok(names) => names,
-            Err(Errno::ENOENT) => return Ok(()),
-            Err(e) => return Err(PathIoError::errno_at("read directory", path)(e).into()),
-        };
-        for name in names {
-            let child = path.join(&name);
-            let stat = match statx(dir, &name) {
-                Ok(stat) => stat,
-                Err(Errno::ENOENT) => continue,
-                Err(e) => return Err(PathIoError::errno_at("stat", &child)(e).into()),
-            };
-            // A mount point is not copied, and what is under it is not ours to count.
-            if !stat.same_mount(&self.root) {
-                continue;
-            }
-            if !stat.is_dir() && stat.nlink > 1 && !self.seen.insert(stat.inode()) {
-                continue;
-            }
-            self.add(&stat);
-            if stat.is_dir() {
-                self.subdir(dir, &name, &child, depth)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn subdir(
-        &mut self,
-        parent: std::os::fd::BorrowedFd<'_>,
-        name: &OsStr,
-        path: &Path,
-        depth: usize,
-    ) -> Result<(), CopyError> {
-        if depth >= MAX_DEPTH {
-            return Err(CopyError::TooDeep {
-                path: path.to_owned(),
-                max: MAX_DEPTH,
-            });
-        }
-        match open_dir(parent, name) {
-            Ok(fd) => self.dir(fd.as_fd(), path, depth + 1),
-            // Gone, or swapped for something else under the name: nothing to count there.
-            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => Ok(()),
-            Err(e) => Err(PathIoError::errno_at("open", path)(e).into()),
-        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! filesystem (`st_dev`) and opens a name for the ioctl only once it is known to be a regular
 //! file or a directory (a device node's open has side effects). Only those two kinds carry an
 //! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are counted, not changed.
+//! It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -23,10 +24,7 @@ use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
 use super::escape::Tally;
-
-/// Directories deeper than this below the root are not entered (each level holds a
-/// descriptor); they are counted as skipped.
-pub const MAX_DEPTH: usize = 512;
+use crate::linux::dir_stack::{DirId, DirStack, OpenDir};
 
 /// A walk: what it found and did, and what it cost.
 #[derive(Debug, Clone)]
@@ -58,16 +56,11 @@ fn visit_root(root: &Path, want: u32) -> io::Result<(OwnedFd, FileStat, Tally)> 
     Ok((dir, stat, tally))
 }
 
-/// One directory level of the walk: the directory, held open, and the names still to visit.
-struct Level {
-    dir: OwnedFd,
-    names: Vec<OsString>,
-}
-
 /// Walks `root`'s tree, setting every escaped inode back into project `want` (the root
 /// included). `tick` runs after each inode with the count so far (where the caller paces the
 /// walk and stops it: `Break` ends it there). An entry that vanishes under the walk is
-/// skipped; only the root failing to open is an error.
+/// skipped; only the root failing to open is an error. A directory moved out from under a deep
+/// walk (its way back up is gone) ends the walk there, noted.
 pub fn walk(
     root: &Path,
     want: u32,
@@ -77,23 +70,32 @@ pub fn walk(
     let cpu_started = thread_cpu();
     let (root_dir, root_stat, mut tally) = visit_root(root, want)?;
     let mut stopped = tick(tally.inodes).is_break();
-    let mut stack = vec![Level {
+    let mut stack = DirStack::new(OpenDir {
         names: names_or_note(root_dir.as_fd(), &mut tally),
-        dir: root_dir,
-    }];
+        id: DirId {
+            dev: root_stat.st_dev,
+            ino: root_stat.st_ino,
+        },
+        dir: Some(root_dir),
+        name: OsString::new(),
+    });
     while !stopped && let Some(level) = stack.last_mut() {
         let Some(name) = level.names.pop() else {
-            stack.pop();
+            if let Err(e) = stack.pop() {
+                tally.skipped += 1;
+                tally.error(|| format!("return to a directory: {e}"));
+                break;
+            }
             continue;
         };
-        let dir = level.dir.as_fd();
-        if let Some(below) = entry(dir, &name, root_stat.st_dev, want, &mut tally) {
-            if stack.len() > MAX_DEPTH {
-                tally.skipped += 1;
-            } else {
-                let names = names_or_note(below.as_fd(), &mut tally);
-                stack.push(Level { dir: below, names });
-            }
+        if let Some((below, id)) = entry(level.fd(), &name, root_stat.st_dev, want, &mut tally) {
+            let names = names_or_note(below.as_fd(), &mut tally);
+            stack.push(OpenDir {
+                dir: Some(below),
+                id,
+                name,
+                names,
+            });
         }
         stopped = tick(tally.inodes).is_break();
     }
@@ -105,14 +107,14 @@ pub fn walk(
     })
 }
 
-/// Visits one entry of `dir`; a directory to descend into comes back open.
+/// Visits one entry of `dir`; a directory to descend into comes back open, with its identity.
 fn entry(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     dev: u64,
     want: u32,
     tally: &mut Tally,
-) -> Option<OwnedFd> {
+) -> Option<(OwnedFd, DirId)> {
     tally.inodes += 1;
     let stat = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
@@ -150,7 +152,11 @@ fn entry(
     match fstat(fd.as_fd()) {
         Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
             tally.visit(fd.as_fd(), &now, is_dir, want);
-            is_dir.then_some(fd)
+            let id = DirId {
+                dev: now.st_dev,
+                ino: now.st_ino,
+            };
+            is_dir.then_some((fd, id))
         }
         _ => {
             tally.skipped += 1;
