@@ -274,12 +274,16 @@ impl FlagValue for NonEmptyPath {
     }
 }
 
-/// A byte count of more than zero as Kubernetes writes it: `100Gi`, `500M`, `1073741824`
-/// (see [`crate::quantity`]). Zero would refuse every volume.
+/// A byte count of at least [`ByteSize::LEAST`] as Kubernetes writes it: `100Gi`, `500M`,
+/// `1073741824` (see [`crate::quantity`]). Less would refuse every volume: a directory alone
+/// takes a block of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteSize(Quantity);
 
 impl ByteSize {
+    /// 1 MiB: the smallest volume a PersistentVolumeClaim usually asks for.
+    pub const LEAST: u64 = 1 << 20;
+
     pub fn bytes(self) -> u64 {
         self.0.bytes()
     }
@@ -292,6 +296,10 @@ impl FlagValue for ByteSize {
             0 => Err(Refusal::new(
                 "must be more than 0; leave it out to use the free space",
             )),
+            bytes if bytes < Self::LEAST => Err(Refusal::new(format!(
+                "must be at least 1Mi ({}): no volume fits in {bytes} bytes",
+                Self::LEAST
+            ))),
             _ => Ok(Self(size)),
         }
     }

@@ -3,7 +3,7 @@
 //! the CSI spec.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use argh::{ArgsInfo, FromArgs};
@@ -127,6 +127,7 @@ impl Settings {
             ))
             .into());
         }
+        refuse_foreign_state_dir(&config.state_dir, &endpoint)?;
         Ok(Self {
             endpoint,
             socket_perms: socket::Permissions {
@@ -143,7 +144,35 @@ impl Settings {
     }
 }
 
-/// `--state-dir-busy`: what to do when another node-server holds the state directory.
+/// A `--state-dir` that holds what no node-server made (`/`, `/tmp`, a typo for another
+/// program's directory) is a usage error naming a few of those entries: start-up would make it
+/// root-only and take its contents for leftovers.
+fn refuse_foreign_state_dir(state_dir: &Path, endpoint: &Path) -> Result<(), BoxError> {
+    // `//` and `.` dropped, `/` kept (`paths::normalise` refuses the root directory).
+    let tidy = |path: &Path| path.components().collect::<PathBuf>();
+    let endpoint = tidy(endpoint);
+    let layout = crate::node_server::state::state_dir::StateDir::at(tidy(state_dir));
+    // Unreadable: start-up fails on it later, naming the cause.
+    let foreign = layout.foreign_entries(&endpoint).unwrap_or_default();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    const NAMED: usize = 3;
+    let mut named: Vec<String> = (foreign.iter().take(NAMED))
+        .map(|name| format!("{:?}", name.to_string_lossy()))
+        .collect();
+    if foreign.len() > NAMED {
+        named.push(format!("… {} in all", foreign.len()));
+    }
+    Err(UsageError::new(format!(
+        "--state-dir {} holds entries node-server did not make ({}): it would be made \
+         root-only and its contents taken for leftovers; give an empty or a new directory",
+        state_dir.display(),
+        named.join(", ")
+    ))
+    .into())
+}
+
 /// The directory of the state directory's layout that `endpoint` lies in, compared as
 /// written (neither exists yet at parse time).
 fn inside_state(endpoint: &std::path::Path, state_dir: &std::path::Path) -> Option<PathBuf> {
@@ -159,6 +188,7 @@ fn inside_state(endpoint: &std::path::Path, state_dir: &std::path::Path) -> Opti
         .map(std::path::Path::to_owned)
 }
 
+/// `--state-dir-busy`: what to do when another node-server holds the state directory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StateDirBusy {
     /// Wait for it to exit, then take over.

@@ -36,6 +36,20 @@ pub enum GiveUp {
     /// configuration error, as upstream treats it.
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// The socket the driver's name gives cannot be bound anywhere: retrying cannot help.
+    #[error(
+        "--plugin-registration-path {}: the registration socket of driver {driver}, {}, is {} \
+         bytes, more than a socket address holds ({}); give a shorter directory",
+        dir.display(),
+        path.display(),
+        path.as_os_str().len(),
+        socket::MAX_PATH_BYTES
+    )]
+    SocketPathTooLong {
+        dir: PathBuf,
+        driver: String,
+        path: PathBuf,
+    },
 }
 
 /// Why the watch over one registration socket ended.

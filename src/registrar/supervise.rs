@@ -127,6 +127,13 @@ impl Supervisor {
                 &self.settings.plugin_registration_path,
                 &driver.name,
             );
+            if path.as_os_str().len() > socket::MAX_PATH_BYTES {
+                return Err(GiveUp::SocketPathTooLong {
+                    dir: self.settings.plugin_registration_path.clone(),
+                    driver: driver.name.clone(),
+                    path,
+                });
+            }
             if self.claim.as_ref().map(|(claimed, _)| claimed) != Some(&path) {
                 self.claim = None; // a renamed driver's old path is free for others
                 let Some(claim) = take_claim(&path, &driver, &self.tracker, &self.shutdown).await

@@ -357,6 +357,10 @@ pub fn unusable_flag_values() -> Vec<BadFlag> {
             "--socket-group",
         ),
         ("csi-node-server", &["--capacity=0"], "--capacity"),
+        ("csi-node-server", &["--capacity=1"], "--capacity"),
+        ("csi-node-server", &["--capacity=1023Ki"], "--capacity"),
+        ("csi-node-server", &["--state-dir=/"], "--state-dir"),
+        ("csi-node-server", &["--state-dir=/tmp"], "--state-dir"),
         ("csi-node-server", &["--state-dir=state"], "--state-dir"),
         (
             "csi-node-server",

@@ -103,6 +103,13 @@ fn paths_sizes_and_empty_values() {
             "{zero}"
         );
     }
+    for tiny in ["1", "1023Ki"] {
+        assert!(
+            why::<ByteSize>(tiny).starts_with("must be at least 1Mi"),
+            "{tiny}"
+        );
+    }
+    assert_eq!(ByteSize::parse("1Mi").unwrap().bytes(), 1 << 20);
     assert_eq!(OrEmpty::<HttpEndpoint>::parse(""), Ok(OrEmpty(None)));
     assert!(
         OrEmpty::<HttpEndpoint>::parse(":1")

@@ -134,6 +134,40 @@ impl StateDir {
         Ok(())
     }
 
+    /// The entries of the state directory that no node-server made: all but the layout's
+    /// directories, the lock file, a filesystem's `lost+found` and the socket `endpoint` (when
+    /// it is directly inside), sorted. None when the directory does not exist yet. A directory
+    /// with any is someone else's (`/`, `/tmp`, a kubelet's): start-up would tighten it to 0700
+    /// and take what it holds for leftovers, so it is refused.
+    pub fn foreign_entries(&self, endpoint: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let ours = [
+            VOLUME_RECORDS,
+            VOLUME_DATA,
+            SNAPSHOT_RECORDS,
+            SNAPSHOT_DATA,
+            GROUP_RECORDS,
+            OWNER_LOCK,
+            "lost+found",
+        ];
+        let socket = (endpoint.parent() == Some(self.root.as_path()))
+            .then(|| endpoint.file_name())
+            .flatten();
+        let mut foreign = Vec::new();
+        for entry in entries {
+            let name = entry?.file_name();
+            if !ours.iter().any(|ours| name == *ours) && Some(name.as_os_str()) != socket {
+                foreign.push(name);
+            }
+        }
+        foreign.sort();
+        Ok(foreign)
+    }
+
     /// The directories whose entries start-up takes for its own (records, data, leftovers to
     /// set aside): nothing else may live there.
     pub fn kept_dirs(&self) -> [&Path; 5] {
