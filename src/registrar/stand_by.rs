@@ -88,7 +88,8 @@ pub(super) async fn take_claim(
 
 /// Waits, holding the claim, while a process that takes no claim serves our registration
 /// socket: a previous registrar of an older version, or upstream's, in a surge rollout. Its
-/// exit removes the socket, and the directory watch wakes us at once (no back-off: every
+/// exit removes the socket, or (SIGKILL) ends the connection we hold to it; either wakes us at
+/// once (no back-off: every
 /// moment between its exit and our socket is a moment the driver is unregistered).
 /// `None`: the path is free, bind now. If the driver socket changed meanwhile (the new
 /// node-server took over from the old one), the driver is asked again first, so that the
@@ -115,6 +116,9 @@ pub(super) async fn stand_by(
             biased;
             () = shutdown.clone().wait() => return Some(Next::Shutdown),
             () = watch.changed() => {}
+            // A holder killed with its socket left behind changes no entry: its listener
+            // closing ends the connection held to it.
+            () = socket::until_unserved(path) => {}
         }
     }
     log::info!(

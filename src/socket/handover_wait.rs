@@ -15,6 +15,9 @@ const POLL_WITH_INOTIFY: Duration = Duration::from_secs(1);
 /// Without it, the poll is all there is; a connect attempt every 250 ms costs the holder little.
 const POLL_WITHOUT: Duration = Duration::from_millis(250);
 
+/// The least time between two connections [`until_unserved`] holds to a live holder.
+const RECONNECT_AFTER: Duration = Duration::from_millis(100);
+
 /// Changes to the entries of one directory.
 pub struct DirWatch {
     inotify: Option<AsyncInotify>,
@@ -64,6 +67,34 @@ impl DirWatch {
             }
         };
         let _ = tokio::time::timeout(self.poll, event).await;
+    }
+}
+
+/// Returns once nothing listens on the socket at `path` any more (at once, if nothing does
+/// now). A connection to the holder is held open and read: the kernel ends it the moment the
+/// holder's listener closes, however the holder exits (SIGKILL included, which changes no
+/// directory entry for [`DirWatch`] to see). A holder that closes our idle connection first
+/// is simply connected to again.
+pub async fn until_unserved(path: &Path) {
+    use tokio::io::AsyncReadExt;
+    let connect = || tokio::net::UnixStream::connect(path);
+    let mut buffer = [0u8; 4096];
+    let Ok(mut stream) = connect().await else {
+        return;
+    };
+    loop {
+        let connected = std::time::Instant::now();
+        // Whatever the holder sends (an HTTP/2 server's settings) is read and dropped.
+        while matches!(stream.read(&mut buffer).await, Ok(n) if n > 0) {}
+        // Ended by the holder's exit, or by its idle timeout: a new connection tells which,
+        // and is the one held next (not in a tight loop with a holder that hangs up at once).
+        let Ok(next) = connect().await else {
+            return;
+        };
+        if connected.elapsed() < RECONNECT_AFTER {
+            tokio::time::sleep(RECONNECT_AFTER).await;
+        }
+        stream = next;
     }
 }
 

@@ -23,7 +23,7 @@ mod handover_wait;
 pub use authority::{AnyAuthority, MAX_BLOCK, Rewriter, frame, grpc_incoming};
 pub use claim::Claim;
 pub use dial::{DialError, connect, dial};
-pub use handover_wait::DirWatch;
+pub use handover_wait::{DirWatch, until_unserved};
 
 /// A Unix socket address holds 108 bytes including the terminating NUL.
 pub const MAX_PATH_BYTES: usize = 107;
