@@ -15,6 +15,8 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`dir_stack`] — the levels of a depth-first walk, at most 48 of them open: trees of any
+//!   depth walked with a bounded number of descriptors.
 //! - [`inotify`] — an inotify instance for tokio: its events awaited, not polled for.
 //! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work
 //!   (the escape walk, removing what interrupted operations left).

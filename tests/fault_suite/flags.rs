@@ -128,16 +128,27 @@ async fn a_state_directory_that_holds_what_node_server_did_not_make_is_refused_u
             ),
         );
     }
-    // The control: our layout and a filesystem's lost+found, as an older node-server left it.
-    let node = super::processes::Node::new();
-    for ours in ["volumes", "meta", "lost+found"] {
-        std::fs::create_dir_all(node.state().join(ours)).unwrap();
+    // The controls: our layout and a filesystem's lost+found; and a directory a node-server
+    // used already (its snapshot-meta/), with a stray file of someone's in it.
+    for (ours, stray) in [
+        (&["volumes", "meta", "lost+found"][..], false),
+        (&["snapshot-meta"], true),
+    ] {
+        let node = super::processes::Node::new();
+        for dir in ours {
+            std::fs::create_dir_all(node.state().join(dir)).unwrap();
+        }
+        if stray {
+            std::fs::write(node.state().join("backup.tar"), "theirs").unwrap();
+        }
+        std::fs::create_dir_all(node.csi().parent().unwrap()).unwrap();
+        let server = node.node_server().await;
+        tally.check(
+            server.is_some() && (!stray || node.state().join("backup.tar").exists()),
+            format_args!(
+                "a state directory holding {ours:?} (a stray file: {stray}) did not start"
+            ),
+        );
     }
-    std::fs::create_dir_all(node.csi().parent().unwrap()).unwrap();
-    let server = node.node_server().await;
-    tally.check(
-        server.is_some(),
-        "a state directory holding only our layout and lost+found did not start",
-    );
     tally.finish();
 }

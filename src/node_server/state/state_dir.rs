@@ -136,9 +136,12 @@ impl StateDir {
 
     /// The entries of the state directory that no node-server made: all but the layout's
     /// directories, the lock file, a filesystem's `lost+found` and the socket `endpoint` (when
-    /// it is directly inside), sorted. None when the directory does not exist yet. A directory
-    /// with any is someone else's (`/`, `/tmp`, a kubelet's): start-up would tighten it to 0700
-    /// and take what it holds for leftovers, so it is refused.
+    /// it is directly inside), sorted. None when the directory does not exist yet, or when it
+    /// is a node-server's already: it holds the lock file, `snapshot-meta/` or `group-meta/`
+    /// (names no other program uses, unlike `volumes/`, which Docker's directory has too; and
+    /// not the lock file alone, which a neighbour can unlink). A directory with any is someone
+    /// else's (`/`, `/tmp`, a kubelet's): start-up would tighten it to 0700 and take what it
+    /// holds for leftovers, so it is refused.
     pub fn foreign_entries(&self, endpoint: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
         let entries = match std::fs::read_dir(&self.root) {
             Ok(entries) => entries,
@@ -157,9 +160,13 @@ impl StateDir {
         let socket = (endpoint.parent() == Some(self.root.as_path()))
             .then(|| endpoint.file_name())
             .flatten();
+        let marks = [OWNER_LOCK, SNAPSHOT_RECORDS, GROUP_RECORDS];
         let mut foreign = Vec::new();
         for entry in entries {
             let name = entry?.file_name();
+            if marks.iter().any(|mark| name == *mark) {
+                return Ok(Vec::new());
+            }
             if !ours.iter().any(|ours| name == *ours) && Some(name.as_os_str()) != socket {
                 foreign.push(name);
             }
