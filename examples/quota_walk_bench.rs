@@ -46,7 +46,8 @@ fn main() {
         }
         // The project ID the walk holds the tree to; nothing here has it, which is the most
         // work (every inode found, every set-back tried).
-        let walk = escape_walk::walk(root, 1, &mut |_| ControlFlow::Continue(())).expect("walk");
+        let walk =
+            escape_walk::walk(root, 1, None, &mut |_| ControlFlow::Continue(())).expect("walk");
         let per = 10_000.0 / walk.tally.inodes as f64;
         println!(
             "quota check walk, {cache} cache, {} inodes: {:.1} ms wall, {:.1} ms CPU; per 10,000 \

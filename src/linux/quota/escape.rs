@@ -12,6 +12,12 @@ use nix::sys::stat::FileStat;
 
 use super::sys::{self, FS_XFLAG_PROJINHERIT, Fsxattr};
 
+/// The owner a fenced volume's escaped inodes are handed to: no pod can be it (Kubernetes
+/// refuses a `runAsUser` above 2,147,483,647, and a pod in a user namespace of its own cannot
+/// change a project ID at all), so none can change their project again. It is not
+/// `(uid_t)-1`, which `chown` takes as "unchanged".
+pub const QUARANTINE_UID: u32 = u32::MAX - 1;
+
 /// How many other projects a tally names (the counts cover them all).
 const NAMED_PROJECTS: usize = 8;
 
@@ -61,8 +67,13 @@ pub struct Tally {
     /// Escaped inodes that could not be set back, with the first error.
     pub unrepaired: u64,
     pub first_error: Option<String>,
-    /// Entries not looked into: mount points, too deep, gone or changed while looked at.
+    /// Entries not looked into: gone or changed while looked at, and those below.
     pub skipped: u64,
+    /// Of those, the ones the check could not reach (a mount point, an error, a directory
+    /// moved out from under the walk): the volume is not known to hold to its size.
+    pub unreached: u64,
+    /// Inodes of a fenced volume handed to the quarantine owner ([`QUARANTINE_UID`]).
+    pub quarantined: u64,
     /// Some of the other projects found (at most a few).
     pub projects: BTreeSet<u32>,
 }
@@ -71,6 +82,19 @@ impl Tally {
     /// Whether anything escaped.
     pub fn found(&self) -> bool {
         self.other_project + self.no_inherit > 0
+    }
+
+    /// Whether the volume's condition is abnormal: something escaped, or something could not
+    /// be checked.
+    pub fn abnormal(&self) -> bool {
+        self.found() || self.unreached > 0
+    }
+
+    /// Notes an entry the check could not reach, and why (the first one).
+    pub(super) fn unreached(&mut self, why: impl FnOnce() -> String) {
+        self.skipped += 1;
+        self.unreached += 1;
+        self.error(why);
     }
 
     /// Adds `other`'s findings to these.
@@ -82,6 +106,8 @@ impl Tally {
         self.repaired += other.repaired;
         self.unrepaired += other.unrepaired;
         self.skipped += other.skipped;
+        self.unreached += other.unreached;
+        self.quarantined += other.quarantined;
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
         }
@@ -102,14 +128,53 @@ impl Tally {
         }
     }
 
-    /// One inode's attributes checked against `want` and, if it escaped, set back.
-    pub(super) fn visit(&mut self, fd: BorrowedFd<'_>, stat: &FileStat, dir: bool, want: u32) {
+    /// One inode's attributes checked against `want` and, if it escaped, set back; with
+    /// `fence`, the inode is also handed to that owner (escaped or not), so its pod, no longer
+    /// the owner, cannot move it out again.
+    pub(super) fn visit(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        stat: &FileStat,
+        dir: bool,
+        want: u32,
+        fence: Option<u32>,
+    ) {
+        self.check(fd, stat, dir, want);
+        if let Some(uid) = fence.filter(|uid| stat.st_uid != *uid) {
+            let owner = Some(nix::unistd::Uid::from_raw(uid));
+            self.handed(nix::unistd::fchown(fd, owner, None));
+        }
+    }
+
+    /// A fenced volume's symlink, FIFO, socket or device node (which no descriptor of ours
+    /// reaches the ioctl through) handed to `fence` by name, never following a link.
+    pub(super) fn hand_over_entry(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &std::ffi::OsStr,
+        stat: &FileStat,
+        fence: u32,
+    ) {
+        if stat.st_uid != fence {
+            let owner = Some(nix::unistd::Uid::from_raw(fence));
+            let how = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+            self.handed(nix::unistd::fchownat(dir, name, owner, None, how));
+        }
+    }
+
+    fn handed(&mut self, result: nix::Result<()>) {
+        match result {
+            Ok(()) => self.quarantined += 1,
+            // Gone meanwhile: nothing left to hand over.
+            Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => self.error(|| format!("hand to the quarantine owner: {e}")),
+        }
+    }
+
+    fn check(&mut self, fd: BorrowedFd<'_>, stat: &FileStat, dir: bool, want: u32) {
         let attr = match sys::get_fsxattr(fd) {
             Ok(attr) => attr,
-            Err(e) => {
-                self.skipped += 1;
-                return self.error(|| format!("FS_IOC_FSGETXATTR: {e}"));
-            }
+            Err(e) => return self.unreached(|| format!("FS_IOC_FSGETXATTR: {e}")),
         };
         let Some(escape) = escape(&attr, dir, want) else {
             return;

@@ -40,19 +40,23 @@ pub struct Walk {
 /// Checks only `root` itself, and sets it back into project `want` (with PROJINHERIT) if it
 /// escaped: one open and one ioctl, cheap enough for every stats call.
 pub fn check_root(root: &Path, want: u32) -> io::Result<Tally> {
-    visit_root(root, want).map(|(_, _, tally)| tally)
+    visit_root(root, want, None).map(|(_, _, tally)| tally)
 }
 
 /// `root` opened (never through a symlink), and itself checked against project `want` and set
 /// back: the first inode of a walk, and all of a root check.
-fn visit_root(root: &Path, want: u32) -> io::Result<(OwnedFd, FileStat, Tally)> {
+fn visit_root(
+    root: &Path,
+    want: u32,
+    fence: Option<u32>,
+) -> io::Result<(OwnedFd, FileStat, Tally)> {
     let dir = open_dir_at(nix::fcntl::AT_FDCWD, root.as_os_str())?;
     let stat = fstat(dir.as_fd())?;
     let mut tally = Tally {
         inodes: 1,
         ..Tally::default()
     };
-    tally.visit(dir.as_fd(), &stat, true, want);
+    tally.visit(dir.as_fd(), &stat, true, want, fence);
     Ok((dir, stat, tally))
 }
 
@@ -60,15 +64,17 @@ fn visit_root(root: &Path, want: u32) -> io::Result<(OwnedFd, FileStat, Tally)> 
 /// included). `tick` runs after each inode with the count so far (where the caller paces the
 /// walk and stops it: `Break` ends it there). An entry that vanishes under the walk is
 /// skipped; only the root failing to open is an error. A directory moved out from under a deep
-/// walk (its way back up is gone) ends the walk there, noted.
+/// walk (its way back up is gone) ends the walk there, noted. With `fence`, every inode, the
+/// root included, is also handed to that owner ([`Tally::visit`]).
 pub fn walk(
     root: &Path,
     want: u32,
+    fence: Option<u32>,
     tick: &mut dyn FnMut(u64) -> ControlFlow<()>,
 ) -> io::Result<Walk> {
     let started = Instant::now();
     let cpu_started = thread_cpu();
-    let (root_dir, root_stat, mut tally) = visit_root(root, want)?;
+    let (root_dir, root_stat, mut tally) = visit_root(root, want, fence)?;
     let mut stopped = tick(tally.inodes).is_break();
     let mut stack = DirStack::new(OpenDir {
         names: names_or_note(root_dir.as_fd(), &mut tally),
@@ -82,13 +88,13 @@ pub fn walk(
     while !stopped && let Some(level) = stack.last_mut() {
         let Some(name) = level.names.pop() else {
             if let Err(e) = stack.pop() {
-                tally.skipped += 1;
-                tally.error(|| format!("return to a directory: {e}"));
+                tally.unreached(|| format!("return to a directory: {e}"));
                 break;
             }
             continue;
         };
-        if let Some((below, id)) = entry(level.fd(), &name, root_stat.st_dev, want, &mut tally) {
+        let dev = root_stat.st_dev;
+        if let Some((below, id)) = entry(level.fd(), &name, dev, want, fence, &mut tally) {
             let names = names_or_note(below.as_fd(), &mut tally);
             stack.push(OpenDir {
                 dir: Some(below),
@@ -113,37 +119,51 @@ fn entry(
     name: &OsStr,
     dev: u64,
     want: u32,
+    fence: Option<u32>,
     tally: &mut Tally,
 ) -> Option<(OwnedFd, DirId)> {
     tally.inodes += 1;
     let stat = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
-        Err(e) => {
+        Err(Errno::ENOENT) => {
             tally.skipped += 1;
-            if e != Errno::ENOENT {
-                tally.error(|| format!("stat {}: {e}", name.to_string_lossy()));
-            }
+            return None;
+        }
+        Err(e) => {
+            tally.unreached(|| format!("stat {}: {e}", name.to_string_lossy()));
             return None;
         }
     };
     if stat.st_dev != dev {
-        // A mount point: another filesystem, not this project's.
-        tally.skipped += 1;
+        // A mount point: what is under it cannot be checked (nor is it this project's).
+        tally.unreached(|| format!("{} is a mount point", name.to_string_lossy()));
         return None;
     }
     let opened = match stat.st_mode & libc::S_IFMT {
         libc::S_IFDIR => open_dir_at(dir, name).map(|fd| (fd, true)),
         libc::S_IFREG => open_regular_at(dir, name).map(|fd| (fd, false)),
-        // No descriptor of these reaches the filesystem's ioctl.
-        _ => return None,
+        // No descriptor of these reaches the filesystem's ioctl; a fence hands them over by name.
+        _ => {
+            if let Some(uid) = fence {
+                tally.hand_over_entry(dir, name, &stat, uid);
+            }
+            return None;
+        }
     };
     let (fd, is_dir) = match opened {
         Ok(opened) => opened,
-        Err(e) => {
+        // Gone, or swapped for another kind meanwhile: churn, left for the next walk.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+            ) =>
+        {
             tally.skipped += 1;
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                tally.error(|| format!("open {}: {e}", name.to_string_lossy()));
-            }
+            return None;
+        }
+        Err(e) => {
+            tally.unreached(|| format!("open {}: {e}", name.to_string_lossy()));
             return None;
         }
     };
@@ -151,7 +171,7 @@ fn entry(
     // next walk.
     match fstat(fd.as_fd()) {
         Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
-            tally.visit(fd.as_fd(), &now, is_dir, want);
+            tally.visit(fd.as_fd(), &now, is_dir, want, fence);
             let id = DirId {
                 dev: now.st_dev,
                 ino: now.st_ino,
@@ -169,8 +189,10 @@ fn entry(
 /// has none.
 fn names_or_note(dir: BorrowedFd<'_>, tally: &mut Tally) -> Vec<OsString> {
     crate::linux::copy::read_names(dir).unwrap_or_else(|e| {
-        tally.skipped += 1;
-        tally.error(|| format!("read directory: {e}"));
+        match e {
+            Errno::ENOENT => tally.skipped += 1,
+            e => tally.unreached(|| format!("read directory: {e}")),
+        }
         Vec::new()
     })
 }
@@ -224,7 +246,7 @@ mod tests {
         std::fs::write(outside.path().join("o2"), b"x").unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
         let mut ticks = 0;
-        let walk = walk(dir.path(), 0, &mut |_| {
+        let walk = walk(dir.path(), 0, None, &mut |_| {
             ticks += 1;
             ControlFlow::Continue(())
         })
@@ -241,7 +263,7 @@ mod tests {
         for i in 0..10 {
             std::fs::write(dir.path().join(format!("f{i}")), b"x").unwrap();
         }
-        let walk = walk(dir.path(), 7, &mut |n| {
+        let walk = walk(dir.path(), 7, None, &mut |n| {
             if n >= 3 {
                 ControlFlow::Break(())
             } else {
@@ -258,7 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path(), &link).unwrap();
-        let err = walk(&link, 7, &mut |_| ControlFlow::Continue(())).expect_err("symlink");
+        let err = walk(&link, 7, None, &mut |_| ControlFlow::Continue(())).expect_err("symlink");
         // O_DIRECTORY | O_NOFOLLOW on a symlink: "not a directory".
         assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
         assert!(check_root(&link, 7).is_err());

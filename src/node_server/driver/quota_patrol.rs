@@ -11,7 +11,12 @@
 //!   which charges their blocks to the volume again.
 //!
 //! Each episode is logged once (when it begins), shown as the volume's abnormal condition
-//! until a whole pass finds nothing, and counted ([`Totals`]).
+//! until a whole pass finds nothing, and counted ([`Totals`]). A volume with an episode under
+//! way is walked again every [`HOT_PAUSE`], not at the next pass; one whose pod takes files out
+//! again after they were set back is fenced ([`escapes::FENCED_AFTER`]) for as long as
+//! node-server runs: everything in it is handed to [`QUARANTINE_UID`], so the pod owns nothing
+//! it could move out, and its inode limit is lowered to what it holds, so it can make nothing
+//! new to move.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -20,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Driver;
-use crate::linux::quota::escape::Tally;
+use crate::linux::quota::escape::{QUARANTINE_UID, Tally};
 use crate::linux::quota::escape_walk;
 use crate::node_server::state::escapes::{self, Note, Totals};
 use crate::node_server::state::volumes::Record;
@@ -28,11 +33,27 @@ use crate::node_server::state::volumes::Record;
 /// How often, in inodes, a walk looks at the clock and at the stop flag.
 const TICK_EVERY: u64 = 64;
 
+/// The pause between walks of a volume with an episode under way.
+pub const HOT_PAUSE: Duration = Duration::from_secs(1);
+
 /// The background check, stopped and joined on drop.
 pub struct QuotaPatrol {
     stop: Arc<Stop>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
+
+/// Which volumes a patrol thread walks. One pod's flood of inodes must not hold back every
+/// other volume's check: a volume whose walk takes longer than [`SMALL_LANE_WALK`] is cut off
+/// there and walked from then on by a thread of its own with the other large ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Small,
+    Large,
+}
+
+/// The longest walk of one volume in the small lane; a longer one moves the volume to the
+/// large lane.
+pub const SMALL_LANE_WALK: Duration = Duration::from_secs(10);
 
 /// A stop flag a sleeping thread wakes up for.
 #[derive(Default)]
@@ -66,61 +87,97 @@ impl QuotaPatrol {
             return None;
         }
         let stop = Arc::new(Stop::default());
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("quota-check".into())
-            .spawn(move || run(&driver, &stopping))
-            .map_err(|e| log::error!("volumes are not checked for escapes from their quota: {e}"))
-            .ok()?;
-        Some(Self {
-            stop,
-            thread: Some(thread),
-        })
+        let mut threads = Vec::new();
+        for (lane, name) in [
+            (Lane::Small, "quota-check"),
+            (Lane::Large, "quota-check-large"),
+        ] {
+            let (driver, stopping) = (Arc::clone(&driver), Arc::clone(&stop));
+            let thread = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || run(&driver, &stopping, lane))
+                .map_err(|e| log::error!("volumes are not checked for escapes ({name}): {e}"))
+                .ok()?;
+            threads.push(thread);
+        }
+        Some(Self { stop, threads })
     }
 }
 
 impl Drop for QuotaPatrol {
     fn drop(&mut self) {
         self.stop.set();
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
 }
 
-fn run(driver: &Driver, stop: &Stop) {
+fn run(driver: &Driver, stop: &Stop, lane: Lane) {
     if let Err(e) = crate::linux::ioprio::idle_for_this_thread() {
         log::warn!("the quota check runs at normal I/O priority: {e}");
     }
     let checks = driver.config.quota_checks;
     loop {
         let started = Instant::now();
-        let Some(walked) = pass(driver, stop, checks.rate) else {
+        let Some(walked) = pass(driver, stop, checks.rate, lane, None) else {
             return;
         };
         log::debug!(
-            "quota check pass: {walked} inodes in {:.3} s",
+            "quota check pass ({lane:?} volumes): {walked} inodes in {:.3} s",
             started.elapsed().as_secs_f64()
         );
-        if stop.wait(checks.interval) {
-            return;
+        // Until the next whole pass, the volumes with an episode under way, again and again.
+        let next_pass = Instant::now() + checks.interval;
+        loop {
+            let hot = driver.escapes.under_way();
+            let left = next_pass.saturating_duration_since(Instant::now());
+            let pause = match hot.is_empty() {
+                true => left,
+                false => left.min(HOT_PAUSE),
+            };
+            if stop.wait(pause) {
+                return;
+            }
+            if hot.is_empty() || Instant::now() >= next_pass {
+                break;
+            }
+            if pass(driver, stop, checks.rate, lane, Some(&hot)).is_none() {
+                return;
+            }
         }
     }
 }
 
-/// One pass over every quota'd volume; the inodes looked at, or `None` if stopped.
-fn pass(driver: &Driver, stop: &Stop, rate: u32) -> Option<u64> {
+/// One pass over every quota'd volume of `lane` (or those of them in `only`); the inodes
+/// looked at, or `None` if stopped.
+fn pass(
+    driver: &Driver,
+    stop: &Stop,
+    rate: u32,
+    lane: Lane,
+    only: Option<&[String]>,
+) -> Option<u64> {
     let (records, _) = driver.volumes.records().page(None, 0);
     let mut walked = 0;
     for record in &records {
+        let large = driver.escapes.is_large(&record.id);
+        if only.is_some_and(|only| !only.contains(&record.id)) || large != (lane == Lane::Large) {
+            continue;
+        }
         let Some(project) = record.project_id.filter(|_| !record.block) else {
             continue;
         };
         let dir = driver.volumes.path_of(&record.id);
         let started = Instant::now();
+        let cut = std::cell::Cell::new(false);
         let mut tick = |done: u64| {
             if !done.is_multiple_of(TICK_EVERY) {
                 return ControlFlow::Continue(());
+            }
+            if lane == Lane::Small && started.elapsed() > SMALL_LANE_WALK {
+                cut.set(true);
+                return ControlFlow::Break(());
             }
             let pause = escapes::pause(done, rate, started.elapsed());
             match stop.wait(pause) {
@@ -128,19 +185,53 @@ fn pass(driver: &Driver, stop: &Stop, rate: u32) -> Option<u64> {
                 false => ControlFlow::Continue(()),
             }
         };
-        let walk = match escape_walk::walk(&dir, project, &mut tick) {
-            Ok(walk) => walk,
-            // Deleted since the list was taken, or not made yet.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                log::debug!("quota check of volume {}: {e}", record.id);
-                continue;
+        let mut fence = driver.escapes.fenced(&record.id).then_some(QUARANTINE_UID);
+        let walk = loop {
+            let walk = match escape_walk::walk(&dir, project, fence, &mut tick) {
+                Ok(walk) => walk,
+                // Deleted since the list was taken, or not made yet.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break None,
+                Err(e) => {
+                    log::debug!("quota check of volume {}: {e}", record.id);
+                    break None;
+                }
+            };
+            walked += walk.tally.inodes;
+            if walk.stopped && cut.get() {
+                // What it found so far counts; the rest is the large lane's.
+                driver.escapes.set_large(&record.id, true);
+                log::info!(
+                    "volume {}: {} inodes walked in {:.1} s and more to go; checked from now on \
+                     with the other large volumes",
+                    record.id,
+                    walk.tally.inodes,
+                    walk.wall.as_secs_f64()
+                );
+                let note = driver
+                    .escapes
+                    .record_cut_walk(&record.id, project, &walk.tally);
+                driver.say(record, project, &walk.tally, note);
+                if driver.escapes.fenced(&record.id) {
+                    // No new inodes at once; the large lane's next walk hands everything over.
+                    driver.freeze(record);
+                }
+                break None;
+            }
+            if walk.stopped {
+                return None;
+            }
+            if lane == Lane::Large && walk.wall < SMALL_LANE_WALK / 2 {
+                driver.escapes.set_large(&record.id, false);
+            }
+            let note = driver.note_escapes(record, project, &walk.tally, true);
+            // Fenced by this walk: everything in the volume handed over at once, before the
+            // pod moves out what this walk set back.
+            match (note, fence) {
+                (Note::Fenced, None) => fence = Some(QUARANTINE_UID),
+                _ => break Some(walk),
             }
         };
-        if walk.stopped {
-            return None;
-        }
-        walked += walk.tally.inodes;
+        let Some(walk) = walk else { continue };
         log::trace!(
             "quota check of volume {}: {} inodes, {:.3} s wall, {:.3} s CPU",
             record.id,
@@ -148,7 +239,12 @@ fn pass(driver: &Driver, stop: &Stop, rate: u32) -> Option<u64> {
             walk.wall.as_secs_f64(),
             walk.cpu.as_secs_f64()
         );
-        driver.note_escapes(record, project, &walk.tally, true);
+        if fence.is_some() {
+            driver.freeze(record);
+        }
+    }
+    if only.is_some() {
+        return Some(walked);
     }
     let live: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
     driver.escapes.retain(|id| live.contains(id));
@@ -160,21 +256,45 @@ impl Driver {
     /// re-tagged it. A root that cannot be read is left to the stats' own errors.
     pub(super) fn check_root(&self, record: &Record, project: u32, dir: &Path) {
         match escape_walk::check_root(dir, project) {
-            Ok(tally) => self.note_escapes(record, project, &tally, false),
+            Ok(tally) => {
+                self.note_escapes(record, project, &tally, false);
+            }
             Err(e) => log::debug!("quota check of volume {}'s root: {e}", record.id),
         }
     }
 
-    /// What a check found, into the volume's episode; the one log line when it begins.
-    fn note_escapes(&self, record: &Record, project: u32, found: &Tally, whole: bool) {
-        match self.escapes.record(&record.id, project, found, whole) {
+    /// What a check found, into the volume's episode; the one log line when it begins (and
+    /// when it fences the volume).
+    fn note_escapes(&self, record: &Record, project: u32, found: &Tally, whole: bool) -> Note {
+        let note = self.escapes.record(&record.id, project, found, whole);
+        self.say(record, project, found, note);
+        note
+    }
+
+    /// The log line a check's note calls for, if any.
+    fn say(&self, record: &Record, project: u32, found: &Tally, note: Note) {
+        match note {
             Note::Began => log::warn!(
                 "volume {}: {}",
                 record.id,
                 escapes::describe(project, found)
             ),
+            Note::Fenced => log::warn!(
+                "volume {} (project {project}): {}",
+                record.id,
+                escapes::FENCE_NOTE
+            ),
             Note::Ended => log::debug!("volume {}: back in its project quota", record.id),
-            Note::Continued | Note::Clean => {}
+            Note::Continued | Note::FencedContinued | Note::Clean => {}
+        }
+    }
+
+    /// A fenced volume may make no new inodes: its inode limit is lowered to what it holds
+    /// after each walk (so what its pod deletes cannot be made again either).
+    fn freeze(&self, record: &Record) {
+        match self.volumes.directories().quotas().freeze_inodes(record) {
+            Ok(held) => log::debug!("volume {}: fenced at {held:?} inodes", record.id),
+            Err(e) => log::warn!("volume {}: its inode limit stays: {e}", record.id),
         }
     }
 

@@ -12,6 +12,16 @@ use std::time::Duration;
 
 use crate::linux::quota::escape::Tally;
 
+/// The whole walks that must find escapes in one episode before the volume is fenced: the
+/// second means the pod took files out again after the first set them back.
+pub const FENCED_AFTER: u32 = 2;
+
+/// A fenced volume's condition, after what its episode found.
+pub const FENCE_NOTE: &str = "its pod took files out of its size again after they were set \
+    back, so it is fenced until node-server restarts: everything in it was handed to owner \
+    4294967294 (its pod can no longer move anything out, and writes only where modes let \
+    others), and it may make no new files or directories";
+
 /// Pauses shorter than this are not taken: the walk runs on until the debt is worth a sleep.
 pub const SHORTEST_PAUSE: Duration = Duration::from_millis(20);
 
@@ -34,6 +44,11 @@ pub enum Note {
     Began,
     /// More found during an episode under way.
     Continued,
+    /// A second whole walk found more in one episode: the pod took files out again after they
+    /// were set back. From now on the volume is fenced ([`Escapes::fenced`]).
+    Fenced,
+    /// More found in a volume fenced already (what it made before the fence).
+    FencedContinued,
     /// A whole pass found nothing after an episode: the volume is back to normal.
     Ended,
     /// Nothing found, nothing under way.
@@ -45,6 +60,8 @@ pub enum Note {
 struct Episode {
     project: u32,
     total: Tally,
+    /// Whole walks that found something in it.
+    walks_found: u32,
 }
 
 /// Totals since start-up, for the metrics.
@@ -65,6 +82,10 @@ pub struct Totals {
 #[derive(Debug, Default)]
 pub struct Escapes {
     episodes: Mutex<HashMap<String, Episode>>,
+    /// Volumes fenced since start-up (see [`Escapes::fenced`]).
+    fenced: Mutex<std::collections::HashSet<String>>,
+    /// Volumes whose walk is too long for the patrol thread of the others.
+    large: Mutex<std::collections::HashSet<String>>,
     episodes_total: AtomicU64,
     inodes: AtomicU64,
     bytes: AtomicU64,
@@ -79,14 +100,25 @@ impl Escapes {
     }
 
     /// What a check of volume `id` (project `project`) found: `whole` for a walk of its whole
-    /// tree, else a look at its root alone (which can begin an episode, never end one).
+    /// tree, else a look at its root alone or a walk cut short (which can begin an episode,
+    /// never end one).
     pub fn record(&self, id: &str, project: u32, found: &Tally, whole: bool) -> Note {
+        self.record_check(id, project, found, whole, whole)
+    }
+
+    /// [`Self::record`] of a walk cut short (a large volume's, handed to the other lane): it
+    /// counts towards a fence as a whole walk does, but cannot end an episode.
+    pub fn record_cut_walk(&self, id: &str, project: u32, found: &Tally) -> Note {
+        self.record_check(id, project, found, false, true)
+    }
+
+    fn record_check(&self, id: &str, project: u32, found: &Tally, whole: bool, walk: bool) -> Note {
         if whole {
             self.walks.fetch_add(1, Ordering::Relaxed);
             self.walked.fetch_add(found.inodes, Ordering::Relaxed);
         }
         let mut episodes = self.episodes();
-        if !found.found() {
+        if !found.abnormal() {
             return match whole && episodes.remove(id).is_some() {
                 true => Note::Ended,
                 false => Note::Clean,
@@ -95,15 +127,28 @@ impl Escapes {
         let inodes = found.other_project + found.no_inherit;
         self.inodes.fetch_add(inodes, Ordering::Relaxed);
         self.bytes.fetch_add(found.bytes, Ordering::Relaxed);
+        let walks_found = u32::from(walk);
         match episodes.get_mut(id) {
             Some(episode) => {
                 episode.total.add(found);
-                Note::Continued
+                episode.walks_found += walks_found;
+                if !(walk && episode.walks_found >= FENCED_AFTER) {
+                    return Note::Continued;
+                }
+                match crate::mutex::lock(&self.fenced).insert(id.to_owned()) {
+                    true => Note::Fenced,
+                    false => Note::FencedContinued,
+                }
             }
             None => {
                 self.episodes_total.fetch_add(1, Ordering::Relaxed);
                 let total = found.clone();
-                episodes.insert(id.to_owned(), Episode { project, total });
+                let episode = Episode {
+                    project,
+                    total,
+                    walks_found,
+                };
+                episodes.insert(id.to_owned(), episode);
                 Note::Began
             }
         }
@@ -111,14 +156,48 @@ impl Escapes {
 
     /// The abnormal condition of volume `id` while an episode is under way.
     pub fn condition(&self, id: &str) -> Option<String> {
-        let episodes = self.episodes();
-        let episode = episodes.get(id)?;
-        Some(describe(episode.project, &episode.total))
+        let episode = self
+            .episodes()
+            .get(id)
+            .map(|e| describe(e.project, &e.total));
+        let fence = self.fenced(id).then_some(FENCE_NOTE);
+        match (episode, fence) {
+            (Some(episode), Some(fence)) => Some(format!("{episode}; {fence}")),
+            (episode, fence) => episode.or(fence.map(str::to_owned)),
+        }
+    }
+
+    /// Whether volume `id`'s pod took files out of its size again after they were set back:
+    /// then everything in the volume is handed to the quarantine owner and it may make no new
+    /// inodes, for as long as node-server runs. An escaper let go at the end of its episode
+    /// would start again, and each new start is an interval's worth of writes.
+    pub fn fenced(&self, id: &str) -> bool {
+        crate::mutex::lock(&self.fenced).contains(id)
+    }
+
+    /// Whether volume `id` is walked by the patrol thread of large volumes.
+    pub fn is_large(&self, id: &str) -> bool {
+        crate::mutex::lock(&self.large).contains(id)
+    }
+
+    pub fn set_large(&self, id: &str, large: bool) {
+        let mut set = crate::mutex::lock(&self.large);
+        match large {
+            true => set.insert(id.to_owned()),
+            false => set.remove(id),
+        };
+    }
+
+    /// The volumes with an episode under way, walked again soon rather than at the next pass.
+    pub fn under_way(&self) -> Vec<String> {
+        self.episodes().keys().cloned().collect()
     }
 
     /// Forgets the episodes of volumes that are gone.
     pub fn retain(&self, mut live: impl FnMut(&str) -> bool) {
         self.episodes().retain(|id, _| live(id));
+        crate::mutex::lock(&self.fenced).retain(|id| live(id));
+        crate::mutex::lock(&self.large).retain(|id| live(id));
     }
 
     pub fn totals(&self) -> Totals {
@@ -151,15 +230,32 @@ pub fn describe(project: u32, found: &Tally) -> String {
             found.no_inherit
         ));
     }
-    let mut text = format!(
-        "its files escaped its size: {}; {} set back, so the bytes count to the volume again",
-        parts.join(", and "),
-        found.repaired
-    );
+    let mut text = match parts.is_empty() {
+        true => String::new(),
+        false => format!(
+            "its files escaped its size: {}; {} set back, so the bytes count to the volume again",
+            parts.join(", and "),
+            found.repaired
+        ),
+    };
+    if found.quarantined > 0 {
+        text.push_str(&format!(
+            "; {} handed to the quarantine owner",
+            found.quarantined
+        ));
+    }
     if found.unrepaired > 0 {
         text.push_str(&format!(
             "; {} could not be set back ({})",
             found.unrepaired,
+            found.first_error.as_deref().unwrap_or("unknown error")
+        ));
+    }
+    if found.unreached > 0 {
+        let sep = if text.is_empty() { "" } else { "; " };
+        text.push_str(&format!(
+            "{sep}{} entries could not be checked, so its size is not known to hold ({})",
+            found.unreached,
             found.first_error.as_deref().unwrap_or("unknown error")
         ));
     }
@@ -190,19 +286,74 @@ mod tests {
             escapes.record("v", 7, &found(2, 0, 8192), true),
             Note::Began
         );
+        assert!(!escapes.fenced("v"));
         assert_eq!(
             escapes.record("v", 7, &found(1, 1, 4096), true),
-            Note::Continued
+            Note::Fenced,
+            "found again after being set back"
         );
+        assert!(escapes.fenced("v"));
+        assert!(escapes.condition("v").unwrap().contains("fenced"));
+        assert_eq!(escapes.under_way(), ["v"]);
         assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Ended);
+        assert!(
+            escapes.fenced("v"),
+            "fenced for as long as node-server runs"
+        );
+        assert!(escapes.condition("v").unwrap().contains("fenced"));
         assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Clean);
         assert_eq!(escapes.record("v", 7, &found(1, 0, 1), true), Note::Began);
+        assert_eq!(
+            escapes.record("v", 7, &found(1, 0, 1), false),
+            Note::Continued,
+            "a root check is not a walk: it does not fence"
+        );
         let totals = escapes.totals();
         assert_eq!(
             (totals.episodes, totals.inodes, totals.bytes),
-            (2, 5, 12289)
+            (2, 6, 12290)
         );
         assert_eq!((totals.walks, totals.walked), (6, 60));
+    }
+
+    #[test]
+    fn a_walk_cut_short_counts_towards_a_fence_but_never_ends_an_episode() {
+        let escapes = Escapes::default();
+        assert_eq!(
+            escapes.record_cut_walk("v", 7, &found(1, 0, 1)),
+            Note::Began
+        );
+        assert_eq!(
+            escapes.record_cut_walk("v", 7, &found(0, 0, 0)),
+            Note::Clean,
+            "a cut walk that found nothing ends nothing"
+        );
+        assert!(escapes.condition("v").is_some());
+        assert_eq!(
+            escapes.record_cut_walk("v", 7, &found(1, 0, 1)),
+            Note::Fenced
+        );
+        assert!(escapes.fenced("v"));
+    }
+
+    #[test]
+    fn an_entry_the_check_could_not_reach_makes_the_condition_abnormal_and_says_why() {
+        let escapes = Escapes::default();
+        let unreached = Tally {
+            inodes: 10,
+            skipped: 1,
+            unreached: 1,
+            first_error: Some("lost+found is a mount point".into()),
+            ..Tally::default()
+        };
+        assert_eq!(escapes.record("v", 7, &unreached, true), Note::Began);
+        let condition = escapes.condition("v").expect("abnormal");
+        assert!(
+            condition.starts_with("1 entries could not be checked")
+                && condition.contains("mount point"),
+            "{condition}"
+        );
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Ended);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::fixtures::{Prep, TestFs};
 use super::leftovers::*;
 use super::lifecycle::*;
 use super::modify::*;
+use super::persistent::*;
 use super::reserve::*;
 use super::through_grpc::*;
 
@@ -62,6 +63,11 @@ const GENERIC: &[(&str, Case)] = cases![
     files_moved_into_a_neighbours_project_are_charged_back_to_their_own_volume,
     a_pod_in_a_user_namespace_cannot_change_a_project_id,
     measure_the_quota_check_walk_per_10000_files,
+    a_pod_that_keeps_escaping_is_fenced_and_ends_within_twice_its_size,
+    a_file_escaped_a_thousand_directories_down_is_found_and_charged_back,
+    what_the_check_cannot_reach_makes_the_volume_abnormal_naming_it,
+    a_flood_of_symlinks_and_fifos_in_an_escaped_directory_is_fenced_and_stopped,
+    a_large_volume_does_not_hold_back_a_neighbours_check,
     a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
     node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
 ];

@@ -22,7 +22,7 @@ const BOUND: Duration = Duration::from_secs(60);
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// NodeGetVolumeStats: whether the condition is abnormal, its message, and bytes used.
-async fn condition(csi: &mut Csi, id: &str, path: &Path) -> (bool, String, u64) {
+pub async fn condition(csi: &mut Csi, id: &str, path: &Path) -> (bool, String, u64) {
     let reply = csi
         .node
         .node_get_volume_stats(csi_node::stats_request(id, &path.display().to_string()))
@@ -40,7 +40,7 @@ async fn condition(csi: &mut Csi, id: &str, path: &Path) -> (bool, String, u64) 
 
 /// Polls the stats every 200 ms until the condition is `abnormal` and its message passes
 /// `also`; how long after `since` that was, and the message.
-async fn until_condition(
+pub async fn until_condition(
     csi: &mut Csi,
     id: &str,
     path: &Path,
@@ -64,7 +64,7 @@ async fn until_condition(
 
 /// A pod's write that escaped: its change worked and it has no capability (or, in its own
 /// user namespace, only there).
-fn assert_escaped(w: &Written) {
+pub fn assert_escaped(w: &Written) {
     assert_eq!(w.attr_errno, 0, "the kernel let the pod change it: {w:?}");
     assert_eq!(w.cap_eff, 0, "the pod has no capabilities: {w:?}");
 }
@@ -423,7 +423,7 @@ pub fn measure_the_quota_check_walk_per_10000_files(kind: FsKind) {
             std::fs::write("/proc/sys/vm/drop_caches", b"3").expect("drop caches");
         }
         let walk =
-            escape_walk::walk(&vol, FIRST, &mut |_| ControlFlow::Continue(())).expect("walk");
+            escape_walk::walk(&vol, FIRST, None, &mut |_| ControlFlow::Continue(())).expect("walk");
         walks.push((cache, walk));
     }
     let (_, first) = &walks[0];

@@ -339,6 +339,24 @@ pub fn writer_main() {
     let (mut wrote, mut errno, mut attr_errno) = (0u64, 0, 0);
     let mut started = std::time::Instant::now();
     let errno_of = |e: std::io::Error| e.raw_os_error().unwrap_or(-1);
+    if std::env::var("QUOTA_VM_WRITER_MODE").as_deref() == Ok("flood") {
+        let (made, moves, last) = flood(Path::new(&file), cap);
+        println!(
+            "quota-vm-writer: wrote={made} errno={last} capeff={cap_eff} attrerrno={moves} ms={}",
+            started.elapsed().as_millis()
+        );
+        return;
+    }
+    if std::env::var("QUOTA_VM_WRITER_MODE").as_deref() == Ok("escaper") {
+        let millis = cap;
+        let (bytes, escapes, last) = escape_again_and_again(Path::new(&file), millis);
+        println!(
+            "quota-vm-writer: wrote={bytes} errno={last} capeff={cap_eff} attrerrno={escapes} \
+             ms={}",
+            started.elapsed().as_millis()
+        );
+        return;
+    }
     if std::env::var("QUOTA_VM_WRITER_MODE").as_deref() == Ok("files") {
         let dir = PathBuf::from(file);
         while wrote < cap {
@@ -412,6 +430,134 @@ pub fn writer_main() {
         "quota-vm-writer: wrote={wrote} errno={errno} capeff={cap_eff} attrerrno={attr_errno} ms={}",
         started.elapsed().as_millis()
     );
+}
+
+/// A pod that keeps escaping, for `millis`: in `dir`, makes a new file, moves it to project 0
+/// and writes it (up to [`ESCAPER_FILE`] bytes) until refused, then the next; when it can make
+/// no new file, moves its existing ones out again and appends to them. Its bytes written, its
+/// successful moves out, and the last errno it met.
+fn escape_again_and_again(dir: &Path, millis: u64) -> (u64, u64, i32) {
+    use std::io::Write;
+    let started = std::time::Instant::now();
+    let until = started + std::time::Duration::from_millis(millis);
+    // At the pace of a pod's writer (the VM's filesystem is 128 MiB: a writer at full speed
+    // fills it before any check could matter).
+    let paced = |bytes: u64| {
+        let due = std::time::Duration::from_secs_f64(bytes as f64 / ESCAPER_RATE as f64);
+        if let Some(ahead) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    };
+    let chunk = vec![0x5au8; 64 << 10];
+    let (mut bytes, mut escapes, mut last, mut made) = (0u64, 0u64, 0i32, 0u64);
+    let errno_of = |e: std::io::Error| e.raw_os_error().unwrap_or(-1);
+    while std::time::Instant::now() < until {
+        let fresh = dir.join(format!("e{made}"));
+        let lever = match std::fs::File::create_new(&fresh) {
+            Ok(_) => {
+                made += 1;
+                Some(fresh)
+            }
+            Err(e) => {
+                last = errno_of(e);
+                // No new file: the old ones, moved out again where the kernel lets it.
+                (0..made)
+                    .map(|n| dir.join(format!("e{n}")))
+                    .find(|old| change_attr(old, "project=0") == 0)
+            }
+        };
+        let Some(lever) = lever else {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        };
+        if change_attr(&lever, "project=0") != 0 {
+            continue;
+        }
+        escapes += 1;
+        let Ok(mut out) = std::fs::OpenOptions::new().append(true).open(&lever) else {
+            continue;
+        };
+        let mut written = 0;
+        while written < ESCAPER_FILE && std::time::Instant::now() < until {
+            paced(bytes + written);
+            match out.write(&chunk) {
+                Ok(n) => written += n as u64,
+                Err(e) => {
+                    last = errno_of(e);
+                    break;
+                }
+            }
+        }
+        bytes += written;
+    }
+    (bytes, escapes, last)
+}
+
+/// A pod flooding its volume with what the quota check cannot move, for `millis`: moves the
+/// directory `dir` (made if missing) to project 0, makes a batch of symlinks and FIFOs in it,
+/// and again. The entries it made, its successful moves, and the last errno it met.
+fn flood(dir: &Path, millis: u64) -> (u64, u64, i32) {
+    let started = std::time::Instant::now();
+    let until = started + std::time::Duration::from_millis(millis);
+    let _ = std::fs::create_dir(dir);
+    let (mut made, mut moves, mut last) = (0u64, 0u64, 0i32);
+    while std::time::Instant::now() < until {
+        match change_attr(dir, "project=0") {
+            0 => moves += 1,
+            errno => last = errno,
+        }
+        let due = std::time::Duration::from_secs_f64(made as f64 / FLOOD_RATE as f64);
+        if let Some(ahead) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+        let mut refused = false;
+        for _ in 0..FLOOD_BATCH {
+            let name = dir.join(format!("n{made}"));
+            let result = match made % 2 {
+                0 => std::os::unix::fs::symlink("/nowhere", &name).map_err(|e| e.raw_os_error()),
+                _ => nix::unistd::mkfifo(&name, nix::sys::stat::Mode::S_IRUSR)
+                    .map_err(|e| Some(e as i32)),
+            };
+            match result {
+                Ok(()) => made += 1,
+                Err(errno) => {
+                    last = errno.unwrap_or(-1);
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        if refused {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    (made, moves, last)
+}
+
+/// Entries the flood makes between two moves of its directory.
+const FLOOD_BATCH: u64 = 500;
+
+/// Runs the flood of [`flood`] in `dir` as uid 1000 for `millis`; `bytes` counts entries made.
+pub fn keep_flooding(dir: &Path, millis: u64) -> Written {
+    let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+    cmd.uid(POD_UID).gid(POD_UID);
+    writer_result(writer_command(cmd, "flood", dir, millis))
+}
+
+/// How much the escaper writes into one file before it takes the next.
+pub const ESCAPER_FILE: u64 = 4 << 20;
+
+/// The escaper's pace, bytes a second.
+pub const ESCAPER_RATE: u64 = 2 << 20;
+
+/// The flood's pace, entries a second.
+pub const FLOOD_RATE: u64 = 1_000;
+
+/// Runs the escaper of [`escape_again_and_again`] in `dir` as uid 1000 for `millis`.
+pub fn keep_escaping(dir: &Path, millis: u64) -> Written {
+    let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+    cmd.uid(POD_UID).gid(POD_UID);
+    writer_result(writer_command(cmd, "escaper", dir, millis))
 }
 
 /// `du`-style accounting of a tree: the sum of st_blocks (512-byte units) and the number of

@@ -18,6 +18,7 @@ mod fixtures;
 mod leftovers;
 mod lifecycle;
 mod modify;
+mod persistent;
 mod reserve;
 mod served;
 mod through_grpc;

@@ -221,6 +221,24 @@ impl VolumeQuotas {
         }
     }
 
+    /// A fenced volume ([`escapes`](crate::node_server::state::escapes)) may make no new
+    /// inodes: its inode limit is lowered to what it holds now (never raised above its own),
+    /// so its pod cannot make fresh files to take out of the volume's project. [`Self::apply`]
+    /// puts the limit back. The inodes it holds now, if it is enforced.
+    pub fn freeze_inodes(&self, record: &Record) -> Result<Option<u64>, QuotaError> {
+        let (Self::Enforcing { fs, .. }, Some(id)) = (self, record.project_id) else {
+            return Ok(None);
+        };
+        let mut frozen = limits(record);
+        let held = fs.usage(id)?.inodes.max(1);
+        frozen.inodes = match frozen.inodes {
+            0 => held,
+            limit => limit.min(held),
+        };
+        fs.set_limits(id, frozen)?;
+        Ok(Some(held))
+    }
+
     /// While a restore or clone fills a new volume: its byte limit raised by `headroom`, as
     /// a filesystem's transactions reserve a few blocks beyond what they keep (XFS: a
     /// reflink's block-map updates), so a source that fits the size exactly can still be

@@ -46,6 +46,12 @@ impl QuotaDirectories {
         self.quotas.reason()
     }
 
+    /// How sizes hold here: for the quota patrol, which fences a volume whose pod keeps
+    /// escaping ([`VolumeQuotas::freeze_inodes`]) and puts its limits back after.
+    pub fn quotas(&self) -> &VolumeQuotas {
+        &self.quotas
+    }
+
     fn dir(&self, id: &str) -> PathBuf {
         self.state.volume(id)
     }
