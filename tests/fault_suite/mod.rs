@@ -13,6 +13,7 @@ mod deep_trees;
 mod deletes;
 mod doctor;
 mod flags;
+mod full_disk;
 mod own_paths;
 mod path_swaps;
 mod private_state;

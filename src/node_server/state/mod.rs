@@ -5,6 +5,8 @@
 //! - [`loose_files`] — files an older version left readable by others, made 0600 at start.
 //! - [`owner`] — the exclusive lock that makes one node-server the directory's only user.
 //! - [`store`] — one JSON record per volume, snapshot or group, written atomically.
+//! - [`reserve`] — room kept on the state filesystem so records (a DeleteVolume's mark) can
+//!   still be written once it is full.
 //! - [`volumes`] — the volumes this node owns: their records, claims, capacity, the storage
 //!   behind them (a directory held by a project quota) and their lifecycle.
 //! - [`snapshots`] — snapshot and group records, their data, start-up recovery, and cutting
@@ -23,6 +25,7 @@ pub mod escapes;
 pub mod loose_files;
 pub mod orphans;
 pub mod owner;
+pub mod reserve;
 pub mod snapshots;
 pub(crate) mod sources;
 pub mod state_dir;

@@ -3,6 +3,7 @@
 //! ```text
 //! <state-dir>/                        canonical (mount points in mountinfo are)
 //!   node-server.lock                  flocked by the one node-server using the directory
+//!   reserve                           room kept for records on a full filesystem (1 MiB)
 //!   meta/<volume-id>.json             a volume's record
 //!   meta/<volume-id>.mounts           where it is staged and published (this boot's notes)
 //!   volumes/<volume-id>/              its data: a filesystem volume's tree, or
@@ -131,6 +132,7 @@ impl StateDir {
         if !tightened.is_empty() {
             log::info!("made root-only: {}", tightened.join(", "));
         }
+        super::reserve::take(&self.root.join(super::reserve::RESERVE));
         Ok(())
     }
 
@@ -155,6 +157,7 @@ impl StateDir {
             SNAPSHOT_DATA,
             GROUP_RECORDS,
             OWNER_LOCK,
+            super::reserve::RESERVE,
             "lost+found",
         ];
         let socket = (endpoint.parent() == Some(self.root.as_path()))

@@ -233,9 +233,16 @@ pub(crate) fn replace_file(
             Synced::No => Ok(()),
         }
     };
-    write()
+    let full = |e: &std::io::Error| e.raw_os_error() == Some(nix::libc::ENOSPC);
+    let written = match write() {
+        // A full filesystem: the room kept for records, then once more.
+        Err(e) if full(&e) && super::reserve::give_up(path) => write(),
+        other => other,
+    };
+    written
         .map_err(PathIoError::at("write", temp))
         .and_then(|()| std::fs::rename(temp, path).map_err(PathIoError::at("rename into", path)))
+        .inspect(|()| super::reserve::retake(path))
         .inspect_err(|_| {
             let _ = std::fs::remove_file(temp);
         })
