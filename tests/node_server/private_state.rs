@@ -102,6 +102,7 @@ async fn under_umask_000_everything_but_the_volume_roots_is_root_only_and_nobody
         "meta".to_owned(),
         format!("meta/{volume}.json"),
         "node-server.lock".to_owned(),
+        "reserve".to_owned(),
         "snapshot-meta".to_owned(),
         format!("snapshot-meta/{snapshot}.json"),
         "snapshots".to_owned(),
