@@ -12,22 +12,28 @@ pub const IOPRIO_CLASS_IDLE: libc::c_int = 3;
 
 /// Puts the calling thread in the idle I/O class and at the lowest CPU priority.
 pub fn idle_for_this_thread() -> io::Result<()> {
+    set_this_thread(IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT, 19)
+}
+
+/// The best-effort I/O class, the default.
+pub const IOPRIO_CLASS_BE: libc::c_int = 2;
+
+/// Puts the calling thread back at the default I/O and CPU priority (best-effort class, nice
+/// 0): for work that must not wait behind a busy node, done between idle stretches.
+pub fn normal_for_this_thread() -> io::Result<()> {
+    set_this_thread(IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT | 4, 0)
+}
+
+fn set_this_thread(ioprio: libc::c_int, nice: libc::c_int) -> io::Result<()> {
     // SAFETY: plain syscalls on integers; `who` 0 is the calling thread.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_ioprio_set,
-            IOPRIO_WHO_PROCESS,
-            0,
-            IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
-        )
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, ioprio) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: gettid has no arguments and cannot fail.
     let tid = unsafe { libc::gettid() };
     // SAFETY: setpriority on this thread's ID.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) } < 0 {
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

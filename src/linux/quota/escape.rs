@@ -116,6 +116,24 @@ impl Tally {
         }
     }
 
+    /// What this tally found beyond `earlier`, a tally of the same check taken part-way (so
+    /// a check noted early is not counted twice when noted at its end).
+    pub fn since(&self, earlier: &Tally) -> Tally {
+        Tally {
+            inodes: self.inodes.saturating_sub(earlier.inodes),
+            other_project: self.other_project.saturating_sub(earlier.other_project),
+            no_inherit: self.no_inherit.saturating_sub(earlier.no_inherit),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            repaired: self.repaired.saturating_sub(earlier.repaired),
+            unrepaired: self.unrepaired.saturating_sub(earlier.unrepaired),
+            skipped: self.skipped.saturating_sub(earlier.skipped),
+            unreached: self.unreached.saturating_sub(earlier.unreached),
+            quarantined: self.quarantined.saturating_sub(earlier.quarantined),
+            first_error: self.first_error.clone(),
+            projects: self.projects.clone(),
+        }
+    }
+
     fn name_project(&mut self, id: u32) {
         if self.projects.len() < NAMED_PROJECTS {
             self.projects.insert(id);
@@ -273,6 +291,16 @@ mod tests {
         );
         assert_eq!(total.projects.len(), NAMED_PROJECTS);
         assert_eq!(total.first_error.as_deref(), Some("third"));
+        let rest = total.since(&Tally {
+            inodes: 10,
+            other_project: 5,
+            bytes: 4096,
+            ..Tally::default()
+        });
+        assert_eq!(
+            (rest.inodes, rest.other_project, rest.bytes),
+            (30, 15, 77824)
+        );
         assert!(total.found());
         assert!(!Tally::default().found());
     }

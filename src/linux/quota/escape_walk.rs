@@ -61,7 +61,7 @@ fn visit_root(
 }
 
 /// Walks `root`'s tree, setting every escaped inode back into project `want` (the root
-/// included). `tick` runs after each inode with the count so far (where the caller paces the
+/// included). `tick` runs after each inode with the tally so far (where the caller paces the
 /// walk and stops it: `Break` ends it there). An entry that vanishes under the walk is
 /// skipped; only the root failing to open is an error. A directory moved out from under a deep
 /// walk (its way back up is gone) ends the walk there, noted. With `fence`, every inode, the
@@ -70,12 +70,12 @@ pub fn walk(
     root: &Path,
     want: u32,
     fence: Option<u32>,
-    tick: &mut dyn FnMut(u64) -> ControlFlow<()>,
+    tick: &mut dyn FnMut(&Tally) -> ControlFlow<()>,
 ) -> io::Result<Walk> {
     let started = Instant::now();
     let cpu_started = thread_cpu();
     let (root_dir, root_stat, mut tally) = visit_root(root, want, fence)?;
-    let mut stopped = tick(tally.inodes).is_break();
+    let mut stopped = tick(&tally).is_break();
     let mut stack = DirStack::new(OpenDir {
         names: names_or_note(root_dir.as_fd(), &mut tally),
         id: DirId {
@@ -103,7 +103,7 @@ pub fn walk(
                 names,
             });
         }
-        stopped = tick(tally.inodes).is_break();
+        stopped = tick(&tally).is_break();
     }
     Ok(Walk {
         tally,
@@ -263,8 +263,8 @@ mod tests {
         for i in 0..10 {
             std::fs::write(dir.path().join(format!("f{i}")), b"x").unwrap();
         }
-        let walk = walk(dir.path(), 7, None, &mut |n| {
-            if n >= 3 {
+        let walk = walk(dir.path(), 7, None, &mut |t| {
+            if t.inodes >= 3 {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())

@@ -142,7 +142,16 @@ fn run(driver: &Driver, stop: &Stop, lane: Lane) {
             if hot.is_empty() || Instant::now() >= next_pass {
                 break;
             }
-            if pass(driver, stop, checks.rate, lane, Some(&hot)).is_none() {
+            // A pod escaping now is not background work: these walks must not starve behind
+            // the busy node (or the pod's own load) as the idle class and nice 19 would.
+            let raised = crate::linux::ioprio::normal_for_this_thread();
+            let walked = pass(driver, stop, checks.rate, lane, Some(&hot));
+            if raised.is_ok()
+                && let Err(e) = crate::linux::ioprio::idle_for_this_thread()
+            {
+                log::warn!("the quota check stays at normal priority: {e}");
+            }
+            if walked.is_none() {
                 return;
             }
         }
@@ -171,7 +180,16 @@ fn pass(
         let dir = driver.volumes.path_of(&record.id);
         let started = Instant::now();
         let cut = std::cell::Cell::new(false);
-        let mut tick = |done: u64| {
+        let under_way = driver.escapes.condition(&record.id).is_some();
+        let early = std::cell::RefCell::new(None::<Tally>);
+        let mut tick = |so_far: &Tally| {
+            // The first escape of an episode shows at once, not at the end of a long walk (it
+            // begins the episode: hot walks follow, and a repeat fences).
+            if !under_way && early.borrow().is_none() && so_far.found() {
+                driver.note_escapes(record, project, so_far, false);
+                *early.borrow_mut() = Some(so_far.clone());
+            }
+            let done = so_far.inodes;
             if !done.is_multiple_of(TICK_EVERY) {
                 return ControlFlow::Continue(());
             }
@@ -197,6 +215,7 @@ fn pass(
                 }
             };
             walked += walk.tally.inodes;
+            let early = early.borrow_mut().take();
             if walk.stopped && cut.get() {
                 // What it found so far counts; the rest is the large lane's.
                 driver.escapes.set_large(&record.id, true);
@@ -223,7 +242,16 @@ fn pass(
             if lane == Lane::Large && walk.wall < SMALL_LANE_WALK / 2 {
                 driver.escapes.set_large(&record.id, false);
             }
-            let note = driver.note_escapes(record, project, &walk.tally, true);
+            let note = match &early {
+                Some(early) => {
+                    let id = &record.id;
+                    let note =
+                        (driver.escapes).record_after_early(id, project, &walk.tally, true, early);
+                    driver.say(record, project, &walk.tally, note);
+                    note
+                }
+                None => driver.note_escapes(record, project, &walk.tally, true),
+            };
             // Fenced by this walk: everything in the volume handed over at once, before the
             // pod moves out what this walk set back.
             match (note, fence) {

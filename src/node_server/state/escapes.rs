@@ -103,16 +103,37 @@ impl Escapes {
     /// tree, else a look at its root alone or a walk cut short (which can begin an episode,
     /// never end one).
     pub fn record(&self, id: &str, project: u32, found: &Tally, whole: bool) -> Note {
-        self.record_check(id, project, found, whole, whole)
+        self.record_check(id, project, found, whole, whole, None)
     }
 
     /// [`Self::record`] of a walk cut short (a large volume's, handed to the other lane): it
     /// counts towards a fence as a whole walk does, but cannot end an episode.
     pub fn record_cut_walk(&self, id: &str, project: u32, found: &Tally) -> Note {
-        self.record_check(id, project, found, false, true)
+        self.record_check(id, project, found, false, true, None)
     }
 
-    fn record_check(&self, id: &str, project: u32, found: &Tally, whole: bool, walk: bool) -> Note {
+    /// [`Self::record`] of a walk whose first escape was recorded part-way (`early`, which
+    /// began the episode): judged on all it found, counted only for what came after.
+    pub fn record_after_early(
+        &self,
+        id: &str,
+        project: u32,
+        found: &Tally,
+        whole: bool,
+        early: &Tally,
+    ) -> Note {
+        self.record_check(id, project, found, whole, true, Some(early))
+    }
+
+    fn record_check(
+        &self,
+        id: &str,
+        project: u32,
+        found: &Tally,
+        whole: bool,
+        walk: bool,
+        early: Option<&Tally>,
+    ) -> Note {
         if whole {
             self.walks.fetch_add(1, Ordering::Relaxed);
             self.walked.fetch_add(found.inodes, Ordering::Relaxed);
@@ -124,13 +145,15 @@ impl Escapes {
                 false => Note::Clean,
             };
         }
-        let inodes = found.other_project + found.no_inherit;
+        let fresh = early.map(|early| found.since(early));
+        let found_now = fresh.as_ref().unwrap_or(found);
+        let inodes = found_now.other_project + found_now.no_inherit;
         self.inodes.fetch_add(inodes, Ordering::Relaxed);
-        self.bytes.fetch_add(found.bytes, Ordering::Relaxed);
+        self.bytes.fetch_add(found_now.bytes, Ordering::Relaxed);
         let walks_found = u32::from(walk);
         match episodes.get_mut(id) {
             Some(episode) => {
-                episode.total.add(found);
+                episode.total.add(found_now);
                 episode.walks_found += walks_found;
                 if !(walk && episode.walks_found >= FENCED_AFTER) {
                     return Note::Continued;
@@ -314,6 +337,25 @@ mod tests {
             (2, 6, 12290)
         );
         assert_eq!((totals.walks, totals.walked), (6, 60));
+    }
+
+    #[test]
+    fn a_walk_noted_early_is_counted_once_and_still_counts_as_a_walk_that_found() {
+        let escapes = Escapes::default();
+        let early = found(1, 0, 4096);
+        assert_eq!(escapes.record("v", 7, &early, false), Note::Began);
+        let all = found(3, 0, 12288);
+        assert_eq!(
+            escapes.record_after_early("v", 7, &all, true, &early),
+            Note::Continued,
+            "the walk found something: the episode goes on"
+        );
+        assert_eq!(escapes.totals().bytes, 12288, "counted once");
+        assert_eq!(
+            escapes.record_after_early("v", 7, &early, true, &early),
+            Note::Fenced,
+            "a second walk that found something fences, however little was new"
+        );
     }
 
     #[test]
