@@ -15,8 +15,8 @@
 //! way is walked again every [`HOT_PAUSE`], not at the next pass; one whose pod takes files out
 //! again after they were set back is fenced ([`escapes::FENCED_AFTER`]) for as long as
 //! node-server runs: everything in it is handed to [`QUARANTINE_UID`], so the pod owns nothing
-//! it could move out, and its inode limit is lowered to what it holds, so it can make nothing
-//! new to move.
+//! it could move out, and its inode limit is set to one, below what it holds, so it can make
+//! nothing new to move. A fence walk is never cut short, whichever lane finds the repeat.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -178,8 +178,10 @@ fn pass(
             continue;
         };
         let dir = driver.volumes.path_of(&record.id);
-        let started = Instant::now();
+        let started = std::cell::Cell::new(Instant::now());
         let cut = std::cell::Cell::new(false);
+        // A fence walk is never cut: the pod must own nothing the moment it is fenced.
+        let may_cut = std::cell::Cell::new(lane == Lane::Small);
         let under_way = driver.escapes.condition(&record.id).is_some();
         let early = std::cell::RefCell::new(None::<Tally>);
         let mut tick = |so_far: &Tally| {
@@ -193,11 +195,11 @@ fn pass(
             if !done.is_multiple_of(TICK_EVERY) {
                 return ControlFlow::Continue(());
             }
-            if lane == Lane::Small && started.elapsed() > SMALL_LANE_WALK {
+            if may_cut.get() && started.get().elapsed() > SMALL_LANE_WALK {
                 cut.set(true);
                 return ControlFlow::Break(());
             }
-            let pause = escapes::pause(done, rate, started.elapsed());
+            let pause = escapes::pause(done, rate, started.get().elapsed());
             match stop.wait(pause) {
                 true => ControlFlow::Break(()),
                 false => ControlFlow::Continue(()),
@@ -230,9 +232,13 @@ fn pass(
                     .escapes
                     .record_cut_walk(&record.id, project, &walk.tally);
                 driver.say(record, project, &walk.tally, note);
-                if driver.escapes.fenced(&record.id) {
-                    // No new inodes at once; the large lane's next walk hands everything over.
-                    driver.freeze(record);
+                if note == Note::Fenced {
+                    // Fenced by a cut walk: everything handed over now, in this lane, once.
+                    fence = Some(QUARANTINE_UID);
+                    started.set(Instant::now());
+                    may_cut.set(false);
+                    cut.set(false);
+                    continue;
                 }
                 break None;
             }
@@ -317,8 +323,8 @@ impl Driver {
         }
     }
 
-    /// A fenced volume may make no new inodes: its inode limit is lowered to what it holds
-    /// after each walk (so what its pod deletes cannot be made again either).
+    /// A fenced volume may make no new inodes: its inode limit is set to one after each walk
+    /// (an expansion's new limits included).
     fn freeze(&self, record: &Record) {
         match self.volumes.directories().quotas().freeze_inodes(record) {
             Ok(held) => log::debug!("volume {}: fenced at {held:?} inodes", record.id),

@@ -512,7 +512,8 @@ fn flood(dir: &Path, millis: u64) -> (u64, u64, i32) {
         }
         let mut refused = false;
         for _ in 0..FLOOD_BATCH {
-            let name = dir.join(format!("n{made}"));
+            // Named by this run too: a second flood in the same directory meets no old name.
+            let name = dir.join(format!("n{made}-{}", std::process::id()));
             let result = match made % 2 {
                 0 => std::os::unix::fs::symlink("/nowhere", &name).map_err(|e| e.raw_os_error()),
                 _ => nix::unistd::mkfifo(&name, nix::sys::stat::Mode::S_IRUSR)

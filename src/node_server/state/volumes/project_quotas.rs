@@ -222,18 +222,18 @@ impl VolumeQuotas {
     }
 
     /// A fenced volume ([`escapes`](crate::node_server::state::escapes)) may make no new
-    /// inodes: its inode limit is lowered to what it holds now (never raised above its own),
-    /// so its pod cannot make fresh files to take out of the volume's project. [`Self::apply`]
-    /// puts the limit back. The inodes it holds now, if it is enforced.
+    /// inodes: its inode limit is set to one (0 would mean none), below what it holds, so the
+    /// filesystem refuses every new one (a limit at what it holds would let each inode the pod
+    /// moves out make room for a new one). Deleting still works. [`Self::apply`] puts the
+    /// limit back. The inodes it holds now, if it is enforced.
     pub fn freeze_inodes(&self, record: &Record) -> Result<Option<u64>, QuotaError> {
         let (Self::Enforcing { fs, .. }, Some(id)) = (self, record.project_id) else {
             return Ok(None);
         };
-        let mut frozen = limits(record);
-        let held = fs.usage(id)?.inodes.max(1);
-        frozen.inodes = match frozen.inodes {
-            0 => held,
-            limit => limit.min(held),
+        let held = fs.usage(id)?.inodes;
+        let frozen = Limits {
+            inodes: 1,
+            ..limits(record)
         };
         fs.set_limits(id, frozen)?;
         Ok(Some(held))
