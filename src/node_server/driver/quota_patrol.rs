@@ -182,7 +182,7 @@ fn pass(
         let cut = std::cell::Cell::new(false);
         // A fence walk is never cut: the pod must own nothing the moment it is fenced.
         let may_cut = std::cell::Cell::new(lane == Lane::Small);
-        let under_way = driver.escapes.condition(&record.id).is_some();
+        let under_way = driver.escapes.is_under_way(&record.id);
         let early = std::cell::RefCell::new(None::<Tally>);
         let mut tick = |so_far: &Tally| {
             // The first escape of an episode shows at once, not at the end of a long walk (it

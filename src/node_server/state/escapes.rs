@@ -211,6 +211,11 @@ impl Escapes {
         };
     }
 
+    /// Whether volume `id` has an episode under way (without describing it).
+    pub fn is_under_way(&self, id: &str) -> bool {
+        self.episodes().contains_key(id)
+    }
+
     /// The volumes with an episode under way, walked again soon rather than at the next pass.
     pub fn under_way(&self) -> Vec<String> {
         self.episodes().keys().cloned().collect()
