@@ -103,7 +103,7 @@ impl Drop for TestFs {
     }
 }
 
-fn mkfs_xfs(image: &Path) -> Command {
+pub fn mkfs_xfs(image: &Path) -> Command {
     let mut cmd = Command::new("mkfs.xfs");
     // mkfs.xfs refuses filesystems under 300 MB unless told it is making a test filesystem.
     cmd.envs([("TEST_DIR", "1"), ("TEST_DEV", "1"), ("QA_CHECK_FS", "1")])
@@ -112,7 +112,7 @@ fn mkfs_xfs(image: &Path) -> Command {
     cmd
 }
 
-fn mkfs_ext4(image: &Path, features: Option<&str>) -> Command {
+pub fn mkfs_ext4(image: &Path, features: Option<&str>) -> Command {
     let mut cmd = Command::new("mkfs.ext4");
     // Project IDs live in the large inode's extra space: small filesystems default to
     // 128-byte inodes, which cannot hold them.

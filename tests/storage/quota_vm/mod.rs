@@ -19,6 +19,7 @@ mod leftovers;
 mod lifecycle;
 mod modify;
 mod persistent;
+mod power_cut;
 mod reserve;
 mod served;
 mod through_grpc;
@@ -36,6 +37,7 @@ fn project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel() {
     match std::env::var(ROLE).as_deref() {
         Ok("suite") => vm::run_suite_inside(),
         Ok("writer") => fixtures::writer_main(),
+        Ok("power-cut") => power_cut::one_boot_inside(),
         Ok(role) if role.starts_with("case:") => cases::run_one(&role["case:".len()..]),
         Ok(role) => panic!("unknown {ROLE}={role}"),
         Err(_) => boot_both(),
@@ -45,20 +47,41 @@ fn project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel() {
 /// XFS and ext4 each boot a VM of their own, side by side, from this one test: the cases
 /// mostly wait (on TCG, on the quota check's passes), one VM in turn took most of CI's budget,
 /// and one test thread for both leaves the harness's other thread to the rest of the suite.
+/// After its suite each filesystem has its power cuts, a VM boot per cut.
 fn boot_both() {
+    let only = std::env::var(cases::ONLY).unwrap_or_default();
     let vms: Vec<_> = ["xfs", "ext4"]
         .into_iter()
-        .map(|fs| (fs, std::thread::spawn(move || vm::boot_and_report(fs))))
+        .map(|fs| {
+            let vm = std::thread::spawn(move || {
+                let suite = (!cases::names_on(fs).is_empty())
+                    .then(|| std::thread::spawn(move || vm::boot_and_report(fs)).join());
+                let cuts = power_cut::selected()
+                    .then(|| std::thread::spawn(move || power_cut::cut_and_check(fs)).join());
+                let failed: Vec<String> = [suite, cuts]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|run| run.err().map(|panic| panic_text(&*panic)))
+                    .collect();
+                assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+            });
+            (fs, vm)
+        })
         .collect();
     let failed: Vec<String> = vms
         .into_iter()
-        .filter_map(|(fs, vm)| {
-            let panic = vm.join().err()?;
-            let why = (panic.downcast_ref::<String>().cloned())
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            Some(format!("{fs}: {why}"))
-        })
+        .filter_map(|(fs, vm)| Some(format!("{fs}: {}", panic_text(&*vm.join().err()?))))
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    assert!(
+        only.is_empty(),
+        "{}={only}: only the cases it names ran, and passed; the whole suite was not run",
+        cases::ONLY
+    );
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    (panic.downcast_ref::<String>().cloned())
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
 }

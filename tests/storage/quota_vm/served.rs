@@ -25,12 +25,17 @@ pub struct Served {
 impl Served {
     /// Starts node-server with `--state-dir=<fs>/<name>` and `extra` flags.
     pub fn start(fs: &TestFs, name: &str, extra: &[&str]) -> Self {
+        Self::start_on(&fs.mnt, name, extra)
+    }
+
+    /// Starts node-server with `--state-dir=<mnt>/<name>` and `extra` flags.
+    pub fn start_on(mnt: &Path, name: &str, extra: &[&str]) -> Self {
         let scratch = tempfile::Builder::new()
             .prefix("quota-vm-served-")
             .tempdir()
             .expect("scratch dir");
         let mut served = Self {
-            state: fs.mnt.join(name),
+            state: mnt.join(name),
             socket: scratch.path().join("csi.sock"),
             process: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),

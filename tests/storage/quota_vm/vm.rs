@@ -23,7 +23,7 @@ const SETUP_HINT: &str = "`bash scripts/vm-kernel.sh` installs qemu-system-x86, 
      kmod, udev, xfsprogs, e2fsprogs, virtme-ng and the pinned Debian kernel";
 
 /// Writes straight to stderr, past libtest's capture, so progress shows while the VM runs.
-fn say(line: &str) {
+pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
@@ -59,6 +59,89 @@ fn kernel_image() -> Result<PathBuf, String> {
 /// On the host: boot a VM for the cases on `fs`, relay its results, fail with every failed
 /// case's output.
 pub fn boot_and_report(fs: &str) {
+    let only = std::env::var(cases::ONLY).unwrap_or_default();
+    assert!(
+        only.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_:,".contains(c)),
+        "{}={only:?}: words of case names only",
+        cases::ONLY
+    );
+    let run = boot(
+        &format!("quota VM ({fs})"),
+        &[(cases::ONLY, &only), (cases::FS, fs), (ROLE, "suite")],
+        &[],
+    );
+    let report = &run.report;
+    for figure in &report.figures {
+        say(&format!("quota VM figure: {figure}"));
+    }
+    let overshoots = report.figures.iter().filter_map(|f| {
+        let (_, rest) = f.split_once("overshoot=")?;
+        rest.split(' ').next()?.parse::<i64>().ok()
+    });
+    if let Some(largest) = overshoots.max() {
+        say(&format!(
+            "quota VM figure: largest overshoot past a limit: {largest} bytes"
+        ));
+    }
+    let expected = cases::names_on(fs);
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|n| !report.results.iter().any(|(r, _)| r == *n))
+        .collect();
+    let failed: Vec<&(String, bool)> = report.results.iter().filter(|(_, ok)| !ok).collect();
+    let passed = report.results.len() - failed.len();
+    say(&format!(
+        "quota VM ({fs}): {passed} passed, {} failed, {} not run",
+        failed.len(),
+        missing.len()
+    ));
+    if failed.is_empty() && missing.is_empty() && run.succeeded() {
+        return;
+    }
+    panic!(
+        "quota VM run failed: failed {:?}, not run {:?}\n{}",
+        failed.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        missing,
+        run.explain()
+    );
+}
+
+/// One boot of the VM, seen from the host.
+pub struct Boot {
+    pub report: Report,
+    pub status: std::process::ExitStatus,
+    pub timed_out: bool,
+    pub output: String,
+    pub vng_stderr: String,
+}
+
+impl Boot {
+    /// The VM exited by itself, with success, before the deadline.
+    pub fn succeeded(&self) -> bool {
+        self.status.success() && !self.timed_out
+    }
+
+    /// Everything the guest and vng said, for a failure's message.
+    pub fn explain(&self) -> String {
+        format!(
+            "vng {}{}\n--- failed cases' output ---\n{}\n--- guest output ---\n{}--- vng stderr ---\n{}",
+            self.status,
+            if self.timed_out {
+                ", killed at the deadline"
+            } else {
+                ""
+            },
+            self.report.failure_output,
+            self.output,
+            self.vng_stderr
+        )
+    }
+}
+
+/// Boots the test binary under Debian's kernel with `env` set for it inside, and `disks`
+/// (`name=path`) attached as virtio-scsi disks; relays progress as it comes.
+pub fn boot(label: &str, env: &[(&str, &str)], disks: &[String]) -> Boot {
     let missing: Vec<String> = [
         "vng",
         "qemu-system-x86_64",
@@ -78,17 +161,9 @@ pub fn boot_and_report(fs: &str) {
     );
     let kernel = kernel_image().unwrap();
     let exe = std::env::current_exe().expect("current exe");
-    let only = std::env::var(cases::ONLY).unwrap_or_default();
-    assert!(
-        only.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_:,".contains(c)),
-        "{}={only:?}: words of case names only",
-        cases::ONLY
-    );
+    let env: String = env.iter().map(|(k, v)| format!("{k}='{v}' ")).collect();
     let inner = format!(
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {}='{only}' {}={fs} {ROLE}=suite '{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
-        cases::ONLY,
-        cases::FS,
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin {env}'{}' --exact {TEST_NAME} --include-ignored --nocapture --test-threads=1",
         exe.display()
     );
     let mut vng = Command::new("vng");
@@ -103,12 +178,13 @@ pub fn boot_and_report(fs: &str) {
             "--exec",
             &inner,
         ])
+        .args(disks.iter().flat_map(|d| ["--disk", d.as_str()]))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     say(&format!(
-        "quota VM ({fs}): booting {} under QEMU (TCG)",
+        "{label}: booting {} under QEMU (TCG)",
         kernel.display()
     ));
     let started = Instant::now();
@@ -149,71 +225,34 @@ pub fn boot_and_report(fs: &str) {
         report.take(&line, started.elapsed());
     }
     let status = child.wait().expect("wait for vng");
-    let total = started.elapsed();
     let timed_out = watchdog.join().unwrap_or(false);
     let vng_stderr = err_thread.join().unwrap_or_default();
     say(&format!(
-        "quota VM ({fs}): boot {} (host, to the first line from inside; guest uptime {}), whole run {:.1} s",
+        "{label}: boot {} (host, to the first line from inside; guest uptime {}), whole run {:.1} s",
         report
             .boot_host
             .map_or("?".into(), |d| format!("{:.1} s", d.as_secs_f64())),
         report.boot_guest.as_deref().unwrap_or("?"),
-        total.as_secs_f64()
+        started.elapsed().as_secs_f64()
     ));
-    for figure in &report.figures {
-        say(&format!("quota VM figure: {figure}"));
+    Boot {
+        report,
+        status,
+        timed_out,
+        output,
+        vng_stderr,
     }
-    let overshoots = report.figures.iter().filter_map(|f| {
-        let (_, rest) = f.split_once("overshoot=")?;
-        rest.split(' ').next()?.parse::<i64>().ok()
-    });
-    if let Some(largest) = overshoots.max() {
-        say(&format!(
-            "quota VM figure: largest overshoot past a limit: {largest} bytes"
-        ));
-    }
-    let expected = cases::names_on(fs);
-    let missing: Vec<&String> = expected
-        .iter()
-        .filter(|n| !report.results.iter().any(|(r, _)| r == *n))
-        .collect();
-    let failed: Vec<&(String, bool)> = report.results.iter().filter(|(_, ok)| !ok).collect();
-    let passed = report.results.len() - failed.len();
-    say(&format!(
-        "quota VM ({fs}): {passed} passed, {} failed, {} not run",
-        failed.len(),
-        missing.len()
-    ));
-    if failed.is_empty() && missing.is_empty() && status.success() && !timed_out {
-        assert!(
-            only.is_empty(),
-            "{}={only}: only {passed} cases ran, and passed; the whole suite was not run",
-            cases::ONLY
-        );
-        return;
-    }
-    panic!(
-        "quota VM run failed ({status}{}): failed {:?}, not run {:?}\n\
-         --- failed cases' output ---\n{}\n--- guest output ---\n{output}--- vng stderr ---\n{vng_stderr}",
-        if timed_out {
-            ", killed at the deadline"
-        } else {
-            ""
-        },
-        failed.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-        missing,
-        report.failure_output
-    );
 }
 
 /// What the guest reported.
 #[derive(Default)]
-struct Report {
+pub struct Report {
     boot_host: Option<Duration>,
     boot_guest: Option<String>,
-    results: Vec<(String, bool)>,
-    figures: Vec<String>,
+    pub results: Vec<(String, bool)>,
+    pub figures: Vec<String>,
     failure_output: String,
+    pub done: bool,
 }
 
 impl Report {
@@ -239,6 +278,8 @@ impl Report {
             self.failure_output.push('\n');
         } else if let Some(figure) = rest.strip_prefix("figure ") {
             self.figures.push(figure.to_owned());
+        } else if rest == "done" {
+            self.done = true;
         }
     }
 }
