@@ -220,6 +220,28 @@ mod tests {
                 &["csi-nodekit", "help", "nothing"],
                 Dispatch::Unknown("unknown mode \"nothing\"".into()),
             ),
+            (
+                &["csi-nodekit", "regsitrar"],
+                Dispatch::Unknown(
+                    "unknown mode \"regsitrar\" (did you mean \"registrar\"?)".into(),
+                ),
+            ),
+            (
+                &["csi-nodekit", "liveness-probe"],
+                Dispatch::Unknown(
+                    "unknown mode \"liveness-probe\" (did you mean \"livenessprobe\"?)".into(),
+                ),
+            ),
+            (
+                &["csi-nodekit", "help", "node-sever"],
+                Dispatch::Unknown(
+                    "unknown mode \"node-sever\" (did you mean \"node-server\"?)".into(),
+                ),
+            ),
+            (
+                &["csi-nodekit", "pr"],
+                Dispatch::Unknown("unknown mode \"pr\"".into()),
+            ),
         ];
         for (words, expected) in table {
             assert_eq!(

@@ -136,6 +136,22 @@ fn lookup(modes: &'static [Mode], name: &str) -> Option<(&'static Mode, Option<&
     })
 }
 
+/// "unknown mode", with the closest name a mode answers to when one is near enough to be a
+/// slip of the keyboard (`regsitrar`, `liveness-probe`).
+fn unknown_mode(modes: &'static [Mode], name: &str) -> String {
+    let names = modes
+        .iter()
+        .flat_map(|mode| std::iter::once(mode.name).chain(mode.aliases.iter().map(|(a, _)| *a)));
+    let closest = names
+        .map(|known| (strsim::damerau_levenshtein(name, known), known))
+        .filter(|(distance, known)| *distance <= (known.len() / 3).max(1))
+        .min();
+    match closest {
+        Some((_, known)) => format!("unknown mode {name:?} (did you mean {known:?}?)"),
+        None => format!("unknown mode {name:?}"),
+    }
+}
+
 fn invocation(
     mode: &'static Mode,
     implied: Option<&str>,
@@ -182,7 +198,7 @@ pub fn dispatch(modes: &'static [Mode], argv: &[String]) -> Dispatch {
                     .collect();
                 invocation(mode, implied, format!("{invoked} {}", rest[1]), &words)
             }
-            None => Dispatch::Unknown(format!("unknown mode {:?}", rest[1])),
+            None => Dispatch::Unknown(unknown_mode(modes, &rest[1])),
         },
         // Go's words, as a mode says them; the usage that follows tells to give a mode first.
         Some(flag) if flag.starts_with('-') && flag.len() > 1 => Dispatch::UnknownFlag(format!(
@@ -196,7 +212,7 @@ pub fn dispatch(modes: &'static [Mode], argv: &[String]) -> Dispatch {
             Some((mode, implied)) => {
                 invocation(mode, implied, format!("{invoked} {name}"), &rest[1..])
             }
-            None => Dispatch::Unknown(format!("unknown mode {name:?}")),
+            None => Dispatch::Unknown(unknown_mode(modes, name)),
         },
     }
 }
