@@ -87,8 +87,8 @@ fn make_root() -> Result<PathBuf, BoxError> {
 /// What the demo needs from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The demo's and its processes' `--v`.
-    pub verbosity: u8,
+    /// The demo's logging flags (`--v`, `--logging-format`, …), which its processes get too.
+    pub logging: crate::logging::Options,
     /// Where to draw act one, if anywhere.
     pub flow: Option<FlowFile>,
 }
@@ -96,7 +96,7 @@ pub struct Settings {
 /// The mode's entry from the command line.
 pub fn main(args: Args) -> Result<(), BoxError> {
     run(Settings {
-        verbosity: args.v,
+        logging: crate::cli::ModeArgs::logging(&args),
         flow: args.flow,
     })
 }
@@ -114,11 +114,12 @@ pub fn run(settings: Settings) -> Result<(), BoxError> {
 }
 
 async fn acts(layout: &Layout, settings: Settings) -> Result<(), BoxError> {
-    let verbosity = settings.verbosity;
+    let log_flags = settings.logging.flags();
+    let log_flags = &log_flags[..];
     let drawing = Drawing::new(settings.flow);
     println!("== Act one: registration (steps 1-7 of the flow) ==");
     let started = Stamp::now();
-    let driver = Child::node_server(layout, DRIVER, NODE, verbosity)?;
+    let driver = Child::node_server(layout, DRIVER, NODE, log_flags)?;
     let csi_socket = layout.csi_socket();
     processes::wait_for_socket(&csi_socket, Duration::from_secs(10)).await?;
     drawing.socket_appeared(
@@ -132,9 +133,9 @@ async fn acts(layout: &Layout, settings: Settings) -> Result<(), BoxError> {
         "1. node-server is serving {DRIVER} on {}",
         csi_socket.display()
     );
-    let mut kubelet = Kubelet::start(layout, NODE, verbosity)?;
+    let mut kubelet = Kubelet::start(layout, NODE, log_flags)?;
     let started = Stamp::now();
-    let registrar = Child::registrar(layout, verbosity)?;
+    let registrar = Child::registrar(layout, log_flags)?;
     let reg_socket = crate::plugin_registry::socket_path(&layout.registry(), DRIVER);
     processes::wait_for_socket(&reg_socket, Duration::from_secs(10)).await?;
     let name = reg_socket

@@ -50,7 +50,7 @@ impl Child {
         layout: &Layout,
         driver: &str,
         node: &str,
-        verbosity: u8,
+        log_flags: &[String],
     ) -> Result<Self, BoxError> {
         let args = [
             "node-server".to_owned(),
@@ -59,8 +59,10 @@ impl Child {
             format!("--driver-name={driver}"),
             format!("--node-id={node}"),
             "--capacity=1Gi".to_owned(),
-            format!("--v={verbosity}"),
-        ];
+        ]
+        .into_iter()
+        .chain(log_flags.iter().cloned())
+        .collect::<Vec<_>>();
         Ok(Self {
             name: "node-server",
             process: spawn("node-server", &args, Stdio::null())?,
@@ -70,7 +72,7 @@ impl Child {
 
     /// The registrar as a DaemonSet runs it; outside a container the driver socket's host path
     /// is its own path.
-    pub fn registrar(layout: &Layout, verbosity: u8) -> Result<Self, BoxError> {
+    pub fn registrar(layout: &Layout, log_flags: &[String]) -> Result<Self, BoxError> {
         let http = format!("127.0.0.1:{}", free_local_port()?);
         let args = [
             "registrar".to_owned(),
@@ -81,8 +83,10 @@ impl Child {
             ),
             format!("--plugin-registration-path={}", layout.registry().display()),
             format!("--http-endpoint={http}"),
-            format!("--v={verbosity}"),
-        ];
+        ]
+        .into_iter()
+        .chain(log_flags.iter().cloned())
+        .collect::<Vec<_>>();
         Ok(Self {
             name: "registrar",
             process: spawn("registrar", &args, Stdio::null())?,
@@ -138,15 +142,17 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
-    pub fn start(layout: &Layout, node: &str, verbosity: u8) -> Result<Self, BoxError> {
+    pub fn start(layout: &Layout, node: &str, log_flags: &[String]) -> Result<Self, BoxError> {
         let args = [
             "probe".to_owned(),
             "kubelet".to_owned(),
             format!("--plugins-registry={}", layout.registry().display()),
             format!("--node-name={node}"),
             "--output=json".to_owned(),
-            format!("--v={verbosity}"),
-        ];
+        ]
+        .into_iter()
+        .chain(log_flags.iter().cloned())
+        .collect::<Vec<_>>();
         let mut process = spawn("probe kubelet", &args, Stdio::piped())?;
         let stdout = process.stdout.take().ok_or("probe kubelet has no stdout")?;
         let (send, events) = tokio::sync::mpsc::unbounded_channel();

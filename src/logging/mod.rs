@@ -65,6 +65,30 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// The flags that ask for these options, for a child process to log as its parent does
+    /// (the demo's node-server, registrar and kubelet).
+    pub fn flags(&self) -> Vec<String> {
+        let mut flags = vec![format!("--v={}", self.verbosity)];
+        if !self.vmodule.0.is_empty() {
+            let settings: Vec<String> = (self.vmodule.0.iter())
+                .map(|(pattern, level)| format!("{pattern}={level}"))
+                .collect();
+            flags.push(format!("--vmodule={}", settings.join(",")));
+        }
+        if self.format == Format::Json {
+            flags.push("--logging-format=json".into());
+        }
+        if self.add_dir_header {
+            flags.push("--add_dir_header".into());
+        }
+        if self.skip_headers {
+            flags.push("--skip_headers".into());
+        }
+        flags
+    }
+}
+
 /// `--vmodule`: `pattern=N` settings, the first matching one deciding. A pattern matches a
 /// record whose source file name without `.rs` matches it (klog's rule: `supervise=5`), or
 /// whose module path, crate prefix dropped and `::` written `/`, matches it or lies under a

@@ -47,3 +47,37 @@ fn the_demo_registers_publishes_a_volume_and_leaves_nothing_behind() {
     // means nothing was left mounted.
     assert!(!std::path::Path::new(root).exists(), "{root} left behind");
 }
+
+#[ignore = "needs root: the demo makes a private mount namespace and real mounts"]
+#[test]
+fn the_demos_processes_log_in_the_format_the_demo_was_given() {
+    let out = Command::new(common::binary())
+        .args(["demo", "--v=2", "--logging-format=json"])
+        .output()
+        .expect("run the demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    // node-server, the registrar and the kubelet each log at --v=2.
+    for who in [
+        "serving CSI driver",
+        "registering through",
+        "registered demo",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains(who)),
+            "no log line of {who:?}:\n{stderr}"
+        );
+    }
+    let text: Vec<&&str> = lines
+        .iter()
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l).is_err())
+        .collect();
+    assert!(
+        text.is_empty(),
+        "{} of {} log lines are not JSON, e.g. {:?}",
+        text.len(),
+        lines.len(),
+        text.first()
+    );
+}
