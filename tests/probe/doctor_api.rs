@@ -209,7 +209,7 @@ async fn a_forbidden_api_is_a_warning_that_names_the_rights_needed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root: the doctor refuses to check a node without it"]
-async fn a_server_certificate_from_another_ca_is_refused() {
+async fn a_server_certificate_from_another_ca_is_an_error_naming_the_certificate_authority() {
     let node = KubeletRoot::new();
     let api = FakeApi::start(BTreeMap::new()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -221,9 +221,72 @@ async fn a_server_certificate_from_another_ca_is_refused() {
     .unwrap();
     let out = run(doctor(&node.root, &kubeconfig)).await;
     let unavailable = out.of("api.unavailable");
+    assert_eq!(unavailable.len(), 3, "{unavailable:?}");
+    assert_eq!(unavailable[0].0, "error");
     assert!(
-        unavailable[0].1.contains("TLS: invalid peer certificate"),
-        "{unavailable:?}"
+        unavailable[0].1.contains(
+            "TLS: the server's certificate is not signed by the certificate authority the \
+             kubeconfig gives"
+        ),
+        "in words, not rustls' variant names: {unavailable:?}"
+    );
+    assert_eq!(out.code, Some(1), "{:#}", out.report);
+    assert!(
+        out.report
+            .to_string()
+            .contains("certificate-authority-data in the kubeconfig"),
+        "the fix names what to give: {:#}",
+        out.report
     );
     assert!(api.seen().is_empty());
+}
+
+/// A kubeconfig whose cluster is at `server`, with no CA (plain HTTP) and a token.
+fn kubeconfig_for(dir: &Path, server: &str) -> std::path::PathBuf {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+         clusters:\n- name: c\n  cluster:\n    server: {server}\n\
+         contexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n\
+         users:\n- name: u\n  user:\n    token: t\n"
+    );
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it"]
+async fn an_api_server_that_does_not_resolve_or_does_not_listen_is_an_error_never_no_problem() {
+    let node = KubeletRoot::new();
+    let _plugin = fake_plugin(&node, "a.csi.example.io");
+    let dir = tempfile::tempdir().unwrap();
+    // `.invalid` never resolves (RFC 6761); a port nobody listens on refuses at once.
+    let closed = common::free_local_address();
+    for (server, saw, fix) in [
+        (
+            "http://api.no-such-cluster.invalid:6443".to_owned(),
+            "the host name \"api.no-such-cluster.invalid\" does not resolve",
+            "use a name this node resolves",
+        ),
+        (
+            format!("http://{closed}"),
+            "connect: Connection refused",
+            "check the kubeconfig's server: address",
+        ),
+    ] {
+        let kubeconfig = kubeconfig_for(dir.path(), &server);
+        let out = run(doctor(&node.root, &kubeconfig)).await;
+        let unavailable = out.of("api.unavailable");
+        assert!(
+            !unavailable.is_empty() && unavailable.iter().all(|(severity, _)| severity == "error"),
+            "{server}: {unavailable:?}"
+        );
+        assert!(unavailable[0].1.contains(saw), "{server}: {unavailable:?}");
+        assert!(
+            out.report.to_string().contains(fix),
+            "{server}: {:#}",
+            out.report
+        );
+        assert_eq!(out.code, Some(1), "{server}: {:#}", out.report);
+    }
 }

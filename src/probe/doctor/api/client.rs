@@ -18,9 +18,15 @@ const MAX_BODY: usize = 16 << 20;
 /// Why a GET got no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
+    #[error("the host name {host:?} does not resolve: {source}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("connect: {0}")]
     Connect(#[source] io::Error),
-    #[error("TLS: {0}")]
+    #[error("TLS: {}", tls_words(.0))]
     Tls(#[source] io::Error),
     #[error("building the request: {0}")]
     Request(#[source] hyper::http::Error),
@@ -62,7 +68,14 @@ pub async fn get(
     limit: Duration,
 ) -> Result<(u16, Vec<u8>), RequestError> {
     let attempt = async {
-        let tcp = tokio::net::TcpStream::connect((access.host.as_str(), access.port))
+        let addresses: Vec<_> = tokio::net::lookup_host((access.host.as_str(), access.port))
+            .await
+            .map_err(|source| RequestError::Resolve {
+                host: access.host.clone(),
+                source,
+            })?
+            .collect();
+        let tcp = tokio::net::TcpStream::connect(&addresses[..])
             .await
             .map_err(RequestError::Connect)?;
         let mut request = hyper::Request::get(format!("{}{path}", access.base_path))
@@ -94,4 +107,43 @@ pub async fn get(
     tokio::time::timeout(limit, attempt)
         .await
         .unwrap_or(Err(RequestError::Timeout(limit)))
+}
+
+/// What went wrong in the TLS handshake, in words: rustls names its errors by their Rust
+/// variants (`invalid peer certificate: UnknownIssuer`), which say little to an operator.
+fn tls_words(error: &io::Error) -> String {
+    use rustls::{CertificateError, Error};
+    let Some(tls) = error.get_ref().and_then(|e| e.downcast_ref::<Error>()) else {
+        return error.to_string();
+    };
+    match tls {
+        // A CA of the same name but another key fails on the signature, not the issuer.
+        Error::InvalidCertificate(
+            CertificateError::UnknownIssuer | CertificateError::BadSignature,
+        ) => "the server's certificate is not signed by the certificate authority the \
+             kubeconfig gives"
+            .into(),
+        Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => "the server's certificate is not issued for the host name or address used".into(),
+        Error::InvalidCertificate(
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. },
+        ) => "the server's certificate is outside its validity period (or this node's clock \
+              is wrong)"
+            .into(),
+        other => format!("the handshake failed ({other})"),
+    }
+}
+
+/// Whether the handshake failed on the server's certificate (not on the connection).
+pub fn is_certificate_error(error: &RequestError) -> bool {
+    let RequestError::Tls(io) = error else {
+        return false;
+    };
+    io.get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)))
 }

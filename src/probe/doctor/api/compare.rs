@@ -136,23 +136,49 @@ pub async fn compare(
     )
 }
 
+/// An API object that could not be read. A server that refused (401, 403, another status)
+/// was reached: a warning, the comparison skipped. A server that could not be reached at all
+/// (no such host, no connection, a certificate not trusted, no answer) is an error: the
+/// doctor was asked to compare with the API and could not, so it must not end "no problem".
 fn unavailable(error: FetchError) -> Finding {
-    let fix = match error {
-        FetchError::Refused { status: 401, .. } => {
-            "the credentials are not accepted: check the token or client certificate"
-        }
-        FetchError::Refused { status: 403, .. } => {
+    use client::RequestError;
+    let (fix, reached) = match &error {
+        FetchError::Refused { status: 401, .. } => (
+            "the credentials are not accepted: check the token or client certificate",
+            true,
+        ),
+        FetchError::Refused { status: 403, .. } => (
             "grant get on csinodes and nodes and list on csidrivers (the doctor pod manifest \
-             has such a ClusterRole)"
-        }
-        _ => "check the API server address and that this node can reach it",
+             has such a ClusterRole)",
+            true,
+        ),
+        FetchError::Refused { .. } => ("check the API server's own health", true),
+        FetchError::Request {
+            source: RequestError::Resolve { .. },
+            ..
+        } => (
+            "use a name this node resolves (its /etc/hosts or DNS) or the API server's IP \
+             address in the kubeconfig's server:, or pass --no-api",
+            false,
+        ),
+        FetchError::Request { source, .. } if client::is_certificate_error(source) => (
+            "give the certificate authority that signed the API server's certificate \
+             (certificate-authority or certificate-authority-data in the kubeconfig), and \
+             a server: address its certificate names",
+            false,
+        ),
+        _ => (
+            "check the kubeconfig's server: address (host and port) and that this node can \
+             reach the API server, or pass --no-api",
+            false,
+        ),
     };
-    Finding::warning(
-        "api.unavailable",
-        error.to_string(),
-        "the comparison with the API objects was skipped",
-        fix,
-    )
+    let means = "the comparison with the API objects was skipped";
+    if reached {
+        Finding::warning("api.unavailable", error.to_string(), means, fix)
+    } else {
+        Finding::error("api.unavailable", error.to_string(), means, fix)
+    }
 }
 
 /// The comparisons, from the fetched objects.
