@@ -17,6 +17,8 @@
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
 //! - [`dir_stack`] — the levels of a depth-first walk, at most 48 of them open: trees of any
 //!   depth walked with a bounded number of descriptors.
+//! - [`ext4_image`] — ext4 filesystems of a volume's own without mkfs: an empty one written
+//!   from a template, grown online by the kernel; its UUID, freeze and thaw.
 //! - [`inotify`] — an inotify instance for tokio: its events awaited, not polled for.
 //! - [`ioprio`] — a thread's I/O (idle class) and CPU priority lowered for background work
 //!   (the escape walk, removing what interrupted operations left).
@@ -27,6 +29,7 @@
 
 pub mod copy;
 pub mod dir_stack;
+pub mod ext4_image;
 pub mod inotify;
 pub mod ioprio;
 pub mod loopdev;

@@ -5,6 +5,7 @@
 pub(crate) mod copy_churn;
 mod copy_safety;
 mod copy_tree;
+mod ext4_image;
 mod loop_device_safety;
 mod loop_devices;
 mod quota_vm;

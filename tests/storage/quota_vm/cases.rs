@@ -9,6 +9,7 @@ use super::copies::*;
 use super::enforce::*;
 use super::escapes::*;
 use super::fixtures::{Prep, TestFs};
+use super::grown::*;
 use super::leftovers::*;
 use super::lifecycle::*;
 use super::modify::*;
@@ -70,6 +71,7 @@ const GENERIC: &[(&str, Case)] = cases![
     a_large_volume_does_not_hold_back_a_neighbours_check,
     a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
     node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
+    an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's

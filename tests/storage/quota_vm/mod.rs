@@ -15,6 +15,7 @@ mod copies;
 mod enforce;
 mod escapes;
 mod fixtures;
+mod grown;
 mod leftovers;
 mod lifecycle;
 mod modify;

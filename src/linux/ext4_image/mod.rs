@@ -1,0 +1,129 @@
+//! Ext4 filesystems of a volume's own, with no mkfs anywhere: a new image starts as the blocks
+//! of an empty 16 MiB ext4 that `scripts/make-ext4-template.sh` made once with mke2fs (kept in
+//! `template.bin`), and the kernel grows it to the volume's size while it is mounted
+//! ([`grow`], `EXT4_IOC_RESIZE_FS`; the kernel switches to `meta_bg` by itself once the one
+//! reserved descriptor block is used up). Each volume gets a UUID of its own while mounted
+//! ([`set_uuid`], `EXT4_IOC_SETFSUUID`, which the template's `metadata_csum_seed` allows), and
+//! [`freeze`] / [`thaw`] hold its writers still for a point-in-time copy of its image.
+//!
+//! What the template gives: 4 KiB blocks, 8,192 inodes per block group (16 KiB per inode at
+//! any size), no blocks reserved for root, a 4 MiB journal (the kernel cannot resize a
+//! journal), `has_journal ext_attr resize_inode dir_index filetype extent 64bit flex_bg
+//! metadata_csum_seed sparse_super large_file huge_file dir_nlink extra_isize metadata_csum`.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::FileExt;
+
+/// The template, in the encoding the script's header describes.
+const TEMPLATE: &[u8] = include_bytes!("template.bin");
+
+/// The template's size: the smallest an image volume can be.
+pub const TEMPLATE_BYTES: u64 = 16 << 20;
+
+/// The filesystem's block size: sizes are whole blocks.
+pub const BLOCK_BYTES: u64 = 4096;
+
+/// One non-zero block of the template: where it goes and its bytes (trailing zeros cut).
+struct Block<'a> {
+    offset: u64,
+    bytes: &'a [u8],
+}
+
+/// The template's blocks, read from its encoding; a malformed template is a build defect
+/// (the unit tests read it).
+fn blocks() -> impl Iterator<Item = Block<'static>> {
+    let header = 4 + 4 + 8 + 4;
+    assert_eq!(&TEMPLATE[..4], b"NKX4", "template magic");
+    let mut rest = &TEMPLATE[header..];
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let word = |at: usize| u32::from_le_bytes(rest[at..at + 4].try_into().unwrap());
+        let (index, len) = (word(0), word(4) as usize);
+        let bytes = &rest[8..8 + len];
+        rest = &rest[8 + len..];
+        Some(Block {
+            offset: u64::from(index) * BLOCK_BYTES,
+            bytes,
+        })
+    })
+}
+
+/// Writes the empty filesystem into `image` (a new, empty file) and sizes the file to
+/// [`TEMPLATE_BYTES`]; the blocks between stay holes.
+pub fn write_template(image: &File) -> std::io::Result<()> {
+    image.set_len(TEMPLATE_BYTES)?;
+    for block in blocks() {
+        image.write_all_at(block.bytes, block.offset)?;
+    }
+    Ok(())
+}
+
+/// Rounds a size up to whole filesystem blocks, at least the template's size.
+pub fn fs_bytes(requested: u64) -> u64 {
+    requested.max(TEMPLATE_BYTES).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+}
+
+mod sys {
+    use nix::libc::c_int;
+
+    /// `struct fsuuid` with room for a 16-byte UUID (`linux/ext4.h`: a flexible array).
+    #[repr(C)]
+    pub struct FsUuid {
+        pub len: u32,
+        pub flags: u32,
+        pub uuid: [u8; 16],
+    }
+
+    // `EXT4_IOC_RESIZE_FS`: grow to this many blocks. Needs CAP_SYS_RESOURCE.
+    nix::ioctl_write_ptr!(ext4_resize_fs, b'f', 16, u64);
+    // `EXT4_IOC_SETFSUUID`: the number encodes the struct without its array (8 bytes).
+    nix::ioctl_write_ptr_bad!(
+        ext4_set_fs_uuid,
+        nix::request_code_write!(b'f', 44, 8),
+        FsUuid
+    );
+    // `FIFREEZE`, `FITHAW` (`linux/fs.h`): the argument is unused.
+    nix::ioctl_readwrite!(fifreeze, b'X', 119, c_int);
+    nix::ioctl_readwrite!(fithaw, b'X', 120, c_int);
+}
+
+/// Grows the mounted filesystem that `root` (any file in it) lies in to `bytes` (whole
+/// blocks; its device must already be that large). Needs CAP_SYS_RESOURCE.
+pub fn grow(root: &impl AsFd, bytes: u64) -> nix::Result<()> {
+    let blocks = bytes / BLOCK_BYTES;
+    // SAFETY: the kernel reads one u64 from the pointer, which outlives the call.
+    unsafe { sys::ext4_resize_fs(root.as_fd().as_raw_fd(), &blocks) }.map(drop)
+}
+
+/// Gives the mounted filesystem `root` lies in the UUID `uuid` (Linux 6.0+; EOPNOTSUPP
+/// without `metadata_csum_seed`).
+pub fn set_uuid(root: &impl AsFd, uuid: [u8; 16]) -> nix::Result<()> {
+    let arg = sys::FsUuid {
+        len: 16,
+        flags: 0,
+        uuid,
+    };
+    // SAFETY: the kernel reads the header and `len` bytes of UUID, all inside `arg`.
+    unsafe { sys::ext4_set_fs_uuid(root.as_fd().as_raw_fd(), &arg) }.map(drop)
+}
+
+/// Freezes the filesystem `root` lies in: its dirty data written, new writes held until
+/// [`thaw`].
+pub fn freeze(root: &impl AsFd) -> nix::Result<()> {
+    let mut unused = 0;
+    // SAFETY: the argument is an int the kernel does not read.
+    unsafe { sys::fifreeze(root.as_fd().as_raw_fd(), &mut unused) }.map(drop)
+}
+
+/// Lets the writers of a frozen filesystem go on.
+pub fn thaw(root: &impl AsFd) -> nix::Result<()> {
+    let mut unused = 0;
+    // SAFETY: as for `freeze`.
+    unsafe { sys::fithaw(root.as_fd().as_raw_fd(), &mut unused) }.map(drop)
+}
+
+#[cfg(test)]
+mod tests;

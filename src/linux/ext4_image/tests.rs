@@ -1,0 +1,73 @@
+use super::*;
+
+/// The superblock, as the template's first block holds it (at byte 1024).
+fn superblock() -> Vec<u8> {
+    let first = blocks().next().expect("a first block");
+    assert_eq!(first.offset, 0);
+    let mut block = first.bytes.to_vec();
+    block.resize(BLOCK_BYTES as usize, 0);
+    block[1024..2048].to_vec()
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn the_template_is_an_ext4_of_16_mib_in_4_kib_blocks_with_no_blocks_reserved() {
+    let sb = superblock();
+    assert_eq!(u16::from_le_bytes([sb[56], sb[57]]), 0xEF53, "ext4 magic");
+    assert_eq!(u32_at(&sb, 24), 2, "log2(block size) - 10: 4 KiB");
+    assert_eq!(u64::from(u32_at(&sb, 4)) * BLOCK_BYTES, TEMPLATE_BYTES);
+    assert_eq!(u32_at(&sb, 8), 0, "blocks reserved for root");
+    assert_eq!(u32_at(&sb, 40), 8192, "inodes per group");
+    let incompat = u32_at(&sb, 0x60);
+    for (flag, name) in [
+        (0x40, "extent"),
+        (0x80, "64bit"),
+        (0x200, "flex_bg"),
+        (0x2000, "csum_seed"),
+    ] {
+        assert!(incompat & flag != 0, "{name} missing: {incompat:#x}");
+    }
+    let ro_compat = u32_at(&sb, 0x64);
+    assert!(
+        ro_compat & 0x400 != 0,
+        "metadata_csum missing: {ro_compat:#x}"
+    );
+}
+
+#[test]
+fn the_template_blocks_lie_in_order_inside_its_size_and_are_few() {
+    let offsets: Vec<u64> = blocks().map(|b| b.offset).collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+    assert!(blocks().all(|b| b.offset + b.bytes.len() as u64 <= TEMPLATE_BYTES));
+    let bytes: usize = blocks().map(|b| b.bytes.len()).sum();
+    assert!(bytes < 64 << 10, "{bytes} bytes in the binary");
+}
+
+#[test]
+fn written_out_the_template_is_16_mib_with_holes_between_its_blocks() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = File::create_new(dir.path().join("image")).unwrap();
+    write_template(&file).unwrap();
+    let meta = file.metadata().unwrap();
+    assert_eq!(meta.len(), TEMPLATE_BYTES);
+    assert!(
+        meta.blocks() * 512 <= 256 << 10,
+        "{} bytes allocated",
+        meta.blocks() * 512
+    );
+    let mut first = vec![0; 2048];
+    file.read_exact_at(&mut first, 0).unwrap();
+    assert_eq!(&first[1024 + 56..1024 + 58], &[0x53, 0xEF]);
+}
+
+#[test]
+fn sizes_round_up_to_whole_blocks_and_never_below_the_template() {
+    assert_eq!(fs_bytes(0), TEMPLATE_BYTES);
+    assert_eq!(fs_bytes(1 << 20), TEMPLATE_BYTES);
+    assert_eq!(fs_bytes(TEMPLATE_BYTES + 1), TEMPLATE_BYTES + BLOCK_BYTES);
+    assert_eq!(fs_bytes(1 << 30), 1 << 30);
+}
