@@ -13,6 +13,12 @@
 #   IMAGE_BINARY       use this static binary instead of building one
 #   IMAGE_SBOM         0: write no SBOM (for a binary built without cargo auditable; default 1)
 #
+# Each build is also tagged <version>-<first 12 hex digits of its digest> (a tag that names this
+# build's content, unlike the version's tag, which every rebuild moves); the archive carries both
+# names, and the Kubernetes manifests are rendered for the build's tag, with
+# `imagePullPolicy: IfNotPresent`, into <IMAGE_OUT>/manifests/ (needs kubectl; without it the
+# script says how to render them later).
+#
 # The same binary always gives the same image digest and the same archive bytes: fixed
 # timestamps, no build history, no builder-version label, files sorted in the archive.
 # Uses buildah, else podman; when neither is installed it says so and how to get one (it never
@@ -90,8 +96,16 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
     echo "kept the previous image ${old_id:0:12}: still in use" >&2
 fi
 
-# 6. Save: an OCI image layout, tarred with fixed order, owners and times.
+# 6. Save: an OCI image layout, tarred with fixed order, owners and times. The build's own tag
+#    goes into the archive beside the version's; the local store keeps only the version's tag,
+#    so a rebuild replaces the image as before.
 "$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$name:$version"
+digest=$(cat "$work/digest")
+hex=${digest#sha256:}
+build_tag="$version-${hex:0:12}"
+"$tool" tag "$name:$version" "$name:$build_tag"
+"$tool" push --quiet "$name:$build_tag" "oci:$work/layout:$name:$build_tag"
+"$tool" rmi "$name:$build_tag" >/dev/null
 mkdir -p "$out"
 archive="$out/csi-nodekit-$version.oci.tar"
 tar --create --file "$archive" --directory "$work/layout" --format=gnu --sort=name \
@@ -102,12 +116,26 @@ if [ -n "$sbom_json" ]; then
   printf '%s\n' "$sbom_json" >"$sbom"
 fi
 
-digest=$(cat "$work/digest")
 size=$(stat -c %s "$archive")
 sum=$(sha256sum "$archive")
+# 7. The manifests for this build's tag.
+render=(scripts/render-manifests.sh "--image=$name:$build_tag" "--out=$out/manifests")
+manifests=
+if command -v kubectl >/dev/null 2>&1; then
+  "${render[@]}" >&2
+  manifests="$out/manifests/csi-nodekit.yaml"
+else
+  echo "build-image.sh: kubectl is not installed, so no manifests were rendered; with it:" \
+    "${render[*]} --with=…" >&2
+fi
+
 echo "image:   $name:$version (built with $tool)"
+echo "tag:     $name:$build_tag (this build)"
 echo "digest:  $digest"
 echo "archive: $archive, $size bytes ($((size / 1024)) KiB), sha256:${sum%% *}"
 if [ -n "$sbom_json" ]; then
   echo "sbom:    $sbom (CycloneDX)"
+fi
+if [ -n "$manifests" ]; then
+  echo "manifests: $manifests (image $name:$build_tag, imagePullPolicy IfNotPresent)"
 fi

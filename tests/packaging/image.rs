@@ -123,10 +123,29 @@ pub(super) fn unpack(archive: &Path, into: &Path) -> (Value, PathBuf) {
         .arg(&layout));
     let index = json(&layout.join("index.json"));
     let manifests = index["manifests"].as_array().expect("index manifests");
-    assert_eq!(manifests.len(), 1, "{index}");
+    // One image under two names: the version's tag and this build's own.
+    assert_eq!(manifests.len(), 2, "{index}");
+    assert_eq!(manifests[0]["digest"], manifests[1]["digest"], "{index}");
+    let hex = manifests[0]["digest"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("sha256:")
+        .unwrap();
+    let mut names: Vec<&str> = manifests
+        .iter()
+        .map(|m| {
+            m["annotations"]["org.opencontainers.image.ref.name"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    names.sort();
     assert_eq!(
-        manifests[0]["annotations"]["org.opencontainers.image.ref.name"],
-        format!("localhost/csi-nodekit:{VERSION}").as_str()
+        names,
+        [
+            format!("localhost/csi-nodekit:{VERSION}"),
+            format!("localhost/csi-nodekit:{VERSION}-{}", &hex[..12]),
+        ]
     );
     let manifest = json(&blob(&layout, manifests[0]["digest"].as_str().unwrap()));
     let config = json(&blob(
@@ -463,4 +482,56 @@ fn the_doctor_runs_inside_the_image_with_nothing_but_the_binary() {
         report["plugins"][0]["findings"][0]["check"],
         "registration.stale"
     );
+}
+
+#[ignore = "needs root, buildah and kubectl: builds an image of a stand-in binary"]
+#[test]
+fn each_build_gets_a_tag_naming_its_digest_and_manifests_that_pull_it_only_if_not_present() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the image test needs root (buildah); run the suite as README.md says"
+    );
+    let name = "localhost/csi-nodekit-build-tag-test";
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = build_named(name, &stand_in_binary(dir.path(), 7), &out);
+    let _ = Command::new("buildah")
+        .args(["rmi", &format!("{name}:{VERSION}")])
+        .output();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let field = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {stdout}"))
+            .trim()
+            .to_owned()
+    };
+    let digest = field("digest:");
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    let tag = format!("{name}:{VERSION}-{}", &hex[..12]);
+    assert_eq!(field("tag:"), format!("{tag} (this build)"));
+    // The rendered manifests run exactly this build, and pull it only when a node lacks it.
+    let rendered = std::fs::read_to_string(out.join("manifests/csi-nodekit.yaml")).unwrap();
+    let images: Vec<&str> = rendered
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .filter(|i| i.contains("csi-nodekit"))
+        .collect();
+    assert_eq!(
+        images,
+        [tag.as_str(); 3],
+        "node-server, registrar, liveness-probe"
+    );
+    let lines: Vec<&str> = rendered.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim() == format!("image: {tag}") {
+            assert_eq!(lines[i + 1].trim(), "imagePullPolicy: IfNotPresent");
+        }
+    }
+    let doctor = std::fs::read_to_string(out.join("manifests/tools/doctor-pod.yaml")).unwrap();
+    assert!(doctor.contains(&format!(
+        "image: {tag}\n      imagePullPolicy: IfNotPresent"
+    )));
 }

@@ -1,13 +1,14 @@
-//! The Kubernetes manifests in `packaging/kubernetes/`, as shipped and as
-//! `scripts/render-manifests.sh` renders them for another image and kubelet root: valid against
-//! the API schema, consistent with each other, and every flag they give our binary is one it
-//! accepts.
+//! The Kubernetes manifests in `packaging/kubernetes/` as `scripts/render-manifests.sh` renders
+//! them with `kubectl kustomize` (the base, every component, the examples, the drop-in and the
+//! doctor pod): valid against the API schema, consistent with each other, every flag they give
+//! our binary one it accepts, and our image pulled only as often as its tag demands.
 //!
-//! Needs `kubernetes-validate` (PyPI, which brings PyYAML); `.ci/run` installs both.
+//! Needs `kubernetes-validate` (PyPI, which brings PyYAML and jsonschema) and `kubectl`;
+//! `.ci/run` installs them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -15,24 +16,66 @@ use serde_json::Value;
 /// the oldest we claim (CSIDriver, CSIStorageCapacity and inline volumes are GA long before).
 const KUBERNETES_VERSIONS: &[&str] = &["1.37.0", "1.30.0"];
 
+/// A manifest whose objects need a newer Kubernetes than the oldest we claim says so in a line
+/// of this form, and is validated only against the versions from that one on.
+const NEEDS: &str = "# Needs Kubernetes ";
+
 /// Where our image's name starts; its tag must be the crate version.
-const IMAGE: &str = "localhost/csi-nodekit:";
+pub(super) const IMAGE: &str = "localhost/csi-nodekit:";
 
 /// The kubelet's root directory the shipped manifests are written for.
 pub(super) const KUBELET_ROOT: &str = "/var/lib/kubelet";
+
+/// Every component, as `--with` takes them.
+pub(super) const EVERY_COMPONENT: &str = "--with=snapshots,metrics";
 
 pub(super) fn manifest_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes")
 }
 
 /// The shipped image reference.
-fn shipped_image() -> String {
+pub(super) fn shipped_image() -> String {
     format!("{IMAGE}{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Every YAML file under `packaging/kubernetes/`, sorted.
-fn manifests() -> Vec<PathBuf> {
-    manifests_in(&manifest_dir())
+/// Runs `scripts/render-manifests.sh` with `args`.
+pub(super) fn render(args: &[&str]) -> Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/render-manifests.sh");
+    Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run bash")
+}
+
+/// Renders with `args` into a fresh directory and returns it.
+pub(super) fn rendered(args: &[&str]) -> tempfile::TempDir {
+    let out = tempfile::tempdir().unwrap();
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    all.push(format!("--out={}", out.path().display()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let output = render(&all);
+    assert!(
+        output.status.success(),
+        "render-manifests.sh {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
+
+/// `kubectl kustomize` of a kustomization under `packaging/kubernetes/`.
+pub(super) fn kustomize(dir: &str) -> String {
+    let output = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(manifest_dir().join(dir))
+        .output()
+        .expect("kubectl is needed (its built-in kustomize renders the manifests)");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }
 
 /// Every YAML file under `dir`, sorted.
@@ -50,13 +93,8 @@ pub(super) fn manifests_in(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(dir, &mut out);
     out.sort();
-    assert!(out.len() >= 5, "expected the manifests in {dir:?}");
+    assert!(!out.is_empty(), "expected manifests in {dir:?}");
     out
-}
-
-/// All documents of all manifests, parsed with PyYAML (the validator's own parser).
-fn documents() -> Vec<(PathBuf, Value)> {
-    documents_in(&manifest_dir())
 }
 
 /// All documents of the manifests under `dir`.
@@ -81,12 +119,12 @@ pub(super) fn documents_in(dir: &Path) -> Vec<(PathBuf, Value)> {
     out
 }
 
-fn kind(doc: &Value) -> &str {
+pub(super) fn kind(doc: &Value) -> &str {
     doc["kind"].as_str().unwrap_or_default()
 }
 
 /// The pod spec of a Pod or of a workload's template.
-fn pod_spec(doc: &Value) -> Option<&Value> {
+pub(super) fn pod_spec(doc: &Value) -> Option<&Value> {
     match kind(doc) {
         "Pod" => Some(&doc["spec"]),
         "DaemonSet" | "Deployment" | "StatefulSet" => Some(&doc["spec"]["template"]["spec"]),
@@ -94,7 +132,7 @@ fn pod_spec(doc: &Value) -> Option<&Value> {
     }
 }
 
-fn strings(value: &Value) -> Vec<String> {
+pub(super) fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
         .map(|a| {
@@ -105,18 +143,97 @@ fn strings(value: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A container's `env` entries with literal values.
+pub(super) fn literal_env(container: &Value) -> BTreeMap<String, String> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
+        .collect()
+}
+
 /// `$(VAR)` references replaced from the container's literal `env` values, as the kubelet does.
-fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
+pub(super) fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
     env.iter()
         .fold(arg.to_owned(), |a, (k, v)| a.replace(&format!("$({k})"), v))
 }
 
-/// `kubernetes-validate --strict` of `files` against every version we claim.
+/// Strict validation of every document of `files`: the API's own kinds with
+/// `kubernetes-validate --strict` against every version we claim (a file that says it needs a
+/// newer one only from that one on), external-snapshotter's kinds against the CRD schemas in
+/// `tests/fixtures/snapshot-crd-schemas.json` (unknown fields refused), which
+/// kubernetes-validate does not hold.
 pub(super) fn validate_strictly(files: &[PathBuf]) {
+    const SPLIT: &str = r##"
+import json, sys, yaml, jsonschema
+schemas = json.load(open(sys.argv[1]))["schemas"]
+def strict(schema):
+    if isinstance(schema, dict):
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+        for value in schema.values():
+            strict(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            strict(value)
+    return schema
+custom = {(s["apiVersion"], s["kind"]): strict(s["schema"]) for s in schemas}
+groups = ("snapshot.storage.k8s.io/", "groupsnapshot.storage.k8s.io/")
+out_dir, checked = sys.argv[2], 0
+for n, path in enumerate(sys.argv[3:]):
+    kept = []
+    for doc in yaml.safe_load_all(open(path)):
+        if doc is None:
+            continue
+        if doc["apiVersion"].startswith(groups):
+            key = (doc["apiVersion"], doc["kind"])
+            if key not in custom:
+                sys.exit(f"{path}: no CRD schema for {key}")
+            jsonschema.validate(doc, custom[key])
+            checked += 1
+        else:
+            kept.append(doc)
+    head = [l for l in open(path) if l.startswith("# Needs Kubernetes ")]
+    name = f"{out_dir}/{n:03}.yaml"
+    with open(name, "w") as f:
+        f.write("".join(head[:1]))
+        yaml.safe_dump_all(kept, f)
+print(checked)
+"##;
+    let schemas =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshot-crd-schemas.json");
+    let split = tempfile::tempdir().unwrap();
+    let output = Command::new("python3")
+        .args(["-c", SPLIT])
+        .arg(&schemas)
+        .arg(split.path())
+        .args(files)
+        .output()
+        .expect("python3 is needed");
+    assert!(
+        output.status.success(),
+        "external-snapshotter objects against their CRD schemas:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut parts = manifests_in(split.path());
+    parts.retain(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0));
     for version in KUBERNETES_VERSIONS {
+        let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok());
+        let these: Vec<&PathBuf> = parts
+            .iter()
+            .filter(|p| {
+                let text = std::fs::read_to_string(p).unwrap();
+                let needs = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix(NEEDS))
+                    .and_then(|rest| minor(rest.split_whitespace().next().unwrap_or_default()));
+                needs.is_none_or(|n| minor(version).is_some_and(|v| v >= n))
+            })
+            .collect();
         let result = Command::new("kubernetes-validate")
             .args(["--strict", "--quiet", "--kubernetes-version", version])
-            .args(files)
+            .args(&these)
             .output();
         let output = match result {
             Ok(output) => output,
@@ -160,12 +277,7 @@ pub(super) fn check_command_lines(docs: &[(PathBuf, Value)], image: &str) {
             {
                 continue;
             }
-            let env: BTreeMap<String, String> = container["env"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
-                .collect();
+            let env = literal_env(container);
             let mut command = strings(&container["command"]);
             if command.is_empty() {
                 command.push("/csi-nodekit".into());
@@ -242,7 +354,9 @@ pub(super) fn check_agreement(docs: &[(PathBuf, Value)], dir: &Path, image: &str
                 .and_then(|v| v["hostPath"]["path"].as_str())
         };
         for container in spec["containers"].as_array().into_iter().flatten() {
+            let env = literal_env(container);
             for arg in strings(&container["args"]) {
+                let arg = expand(&arg, &env);
                 if let Some(name) = arg.strip_prefix("--driver-name=") {
                     assert_eq!(name, driver, "{file:?}");
                 }
@@ -337,45 +451,81 @@ pub(super) fn check_doctor(docs: &[(PathBuf, Value)], dir: &Path, root: Option<&
     }
 }
 
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
-#[test]
-fn every_manifest_validates_strictly_against_the_kubernetes_api_schema() {
-    validate_strictly(&manifests());
+/// The shipped manifests with every component, rendered as the script renders them.
+fn complete() -> (tempfile::TempDir, Vec<(PathBuf, Value)>) {
+    let out = rendered(&[EVERY_COMPONENT]);
+    let docs = documents_in(out.path());
+    (out, docs)
 }
 
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[test]
+fn every_manifest_with_every_component_validates_strictly_against_the_api_and_crd_schemas() {
+    let out = rendered(&[EVERY_COMPONENT]);
+    let files = manifests_in(out.path());
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(out.path()).unwrap().display().to_string())
+        .collect();
+    for expected in [
+        "csi-nodekit.yaml",
+        "examples/snapshot-restore.yaml",
+        "tools/doctor-pod.yaml",
+    ] {
+        assert!(names.contains(&expected.to_owned()), "{names:?}");
+    }
+    validate_strictly(&files);
+}
+
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn every_command_line_the_manifests_give_our_image_is_accepted_by_the_binary() {
-    check_command_lines(&documents(), IMAGE);
+    check_command_lines(&complete().1, IMAGE);
 }
 
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn the_manifests_agree_on_the_driver_name_the_socket_paths_and_the_image_version() {
-    check_agreement(
-        &documents(),
-        &manifest_dir(),
-        &shipped_image(),
-        KUBELET_ROOT,
-    );
+    let (out, docs) = complete();
+    check_agreement(&docs, out.path(), &shipped_image(), KUBELET_ROOT);
 }
 
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn the_doctor_pod_reads_the_host_where_it_tells_the_doctor_to_look_and_has_only_read_rights() {
-    check_doctor(&documents(), &manifest_dir(), None);
+    let (out, docs) = complete();
+    check_doctor(&docs, out.path(), None);
 }
 
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+/// Our DaemonSet among rendered documents.
+pub(super) fn our_daemonset(docs: &[(PathBuf, Value)]) -> &Value {
+    &docs
+        .iter()
+        .find(|(f, d)| kind(d) == "DaemonSet" && f.ends_with("csi-nodekit.yaml"))
+        .expect("our DaemonSet")
+        .1
+}
+
+/// A container of our DaemonSet by name.
+pub(super) fn container<'a>(daemonset: &'a Value, name: &str) -> &'a Value {
+    pod_spec(daemonset).unwrap()["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn the_driver_takes_no_selinux_mount_label_and_its_pod_shares_one_selinux_type() {
-    let docs = documents();
+    let (_out, docs) = complete();
     let (_, driver) = docs.iter().find(|(_, d)| kind(d) == "CSIDriver").unwrap();
     // Bind-mounted directories of one filesystem cannot take a per-volume context= label.
     assert_eq!(driver["spec"]["seLinuxMount"], false);
     let (file, daemonset) = docs
         .iter()
-        .find(|(f, d)| kind(d) == "DaemonSet" && !f.starts_with(manifest_dir().join("drop-in")))
+        .find(|(f, d)| kind(d) == "DaemonSet" && f.ends_with("csi-nodekit.yaml"))
         .expect("our DaemonSet");
     let spec = pod_spec(daemonset).unwrap();
     // The privileged node-server runs as spc_t; the others reach its socket only as that too.
@@ -393,13 +543,13 @@ fn the_driver_takes_no_selinux_mount_label_and_its_pod_shares_one_selinux_type()
     }
 }
 
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn our_daemonset_upgrades_with_a_surge_and_never_leaves_a_node_without_its_driver() {
-    let docs = documents();
+    let (_out, docs) = complete();
     let (file, daemonset) = docs
         .iter()
-        .find(|(f, d)| kind(d) == "DaemonSet" && !f.starts_with(manifest_dir().join("drop-in")))
+        .find(|(f, d)| kind(d) == "DaemonSet" && f.ends_with("csi-nodekit.yaml"))
         .expect("our DaemonSet");
     let strategy = &daemonset["spec"]["updateStrategy"];
     assert_eq!(strategy["type"], "RollingUpdate", "{file:?}");

@@ -1,6 +1,6 @@
 //! What ships: the container image and the malloc settings it gives every mode, the Kubernetes
-//! manifests (as shipped and rendered for another image and kubelet root), the dependency
-//! policy, and the `demo` mode the README runs first.
+//! manifests (the kustomize base, its components and overlays, the upstream sidecars held to
+//! their pinned releases), the dependency policy, and the `demo` mode the README runs first.
 
 mod demo;
 mod dependency_policy;
@@ -9,3 +9,5 @@ mod malloc_settings;
 mod manifests;
 mod rendered_manifests;
 mod supply_chain;
+mod topology_and_metrics;
+mod upstream_sidecars;

@@ -1,63 +1,33 @@
-//! `scripts/render-manifests.sh`: the manifests for another image and another kubelet root
-//! (MicroK8s', k0s') pass every check the shipped ones pass, and keep nothing of the default
-//! root.
+//! `scripts/render-manifests.sh`, the thin wrapper around `kubectl kustomize`: the manifests for
+//! another image and another kubelet root (MicroK8s', k0s') pass every check the shipped ones
+//! pass and keep nothing of the default root; the overlays in the repository give the same
+//! bytes as the script; our image is pulled only as often as its tag demands.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+
+use serde_json::Value;
 
 use super::manifests::{
-    KUBELET_ROOT, check_agreement, check_command_lines, check_doctor, documents_in, manifest_dir,
-    manifests_in, validate_strictly,
+    EVERY_COMPONENT, IMAGE, KUBELET_ROOT, check_agreement, check_command_lines, check_doctor,
+    documents_in, kustomize, manifests_in, pod_spec, render, rendered, shipped_image,
+    validate_strictly,
 };
 
 const MICROK8S_ROOT: &str = "/var/snap/microk8s/common/var/lib/kubelet";
 const K0S_ROOT: &str = "/var/lib/k0s/kubelet";
 const REGISTRY_IMAGE: &str = "registry.example.com/platform/csi-nodekit:0.1.0-rc1";
 
-fn render(args: &[&str]) -> Output {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/render-manifests.sh");
-    Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run bash")
-}
-
-/// Renders into a fresh directory and returns it.
-fn rendered(image: &str, root: &str) -> tempfile::TempDir {
-    let out = tempfile::tempdir().unwrap();
-    let output = render(&[
-        &format!("--image={image}"),
-        "--kubelet-root",
-        root,
-        &format!("--out={}", out.path().display()),
-    ]);
-    assert!(
-        output.status.success(),
-        "render-manifests.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    out
-}
-
-fn relative(files: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
-    files
-        .iter()
-        .map(|f| f.strip_prefix(dir).unwrap().to_path_buf())
-        .collect()
-}
-
-#[ignore = "needs kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
 #[test]
 fn manifests_rendered_for_microk8s_and_k0s_validate_and_agree_on_the_new_image_and_root() {
     for root in [MICROK8S_ROOT, K0S_ROOT] {
-        let out = rendered(REGISTRY_IMAGE, root);
+        let out = rendered(&[
+            &format!("--image={REGISTRY_IMAGE}"),
+            "--kubelet-root",
+            root,
+            EVERY_COMPONENT,
+        ]);
         let files = manifests_in(out.path());
-        assert_eq!(
-            relative(&files, out.path()),
-            relative(&manifests_in(&manifest_dir()), &manifest_dir()),
-            "every shipped manifest rendered, under its own name"
-        );
         validate_strictly(&files);
         let docs = documents_in(out.path());
         check_command_lines(&docs, REGISTRY_IMAGE);
@@ -77,24 +47,41 @@ fn manifests_rendered_for_microk8s_and_k0s_validate_and_agree_on_the_new_image_a
     }
 }
 
+#[ignore = "needs kubectl (.ci/run installs it)"]
 #[test]
-fn rendering_with_no_flags_writes_the_shipped_manifests_unchanged() {
-    let out = tempfile::tempdir().unwrap();
-    let output = render(&["--out", out.path().to_str().unwrap()]);
-    assert!(output.status.success(), "{output:?}");
-    let shipped = manifests_in(&manifest_dir());
-    for file in &shipped {
-        let name = file.strip_prefix(manifest_dir()).unwrap();
+fn the_kustomize_overlays_in_the_repository_render_what_the_script_renders() {
+    let cases: [(&str, &[&str]); 4] = [
+        ("", &[]),
+        ("overlays/microk8s", &["--kubelet-root", MICROK8S_ROOT]),
+        ("overlays/k0s", &["--kubelet-root", K0S_ROOT]),
+        ("overlays/complete", &[EVERY_COMPONENT]),
+    ];
+    for (overlay, args) in cases {
+        let out = rendered(args);
+        let by_script = std::fs::read_to_string(out.path().join("csi-nodekit.yaml")).unwrap();
         assert_eq!(
-            std::fs::read(out.path().join(name)).unwrap(),
-            std::fs::read(file).unwrap(),
-            "{name:?}"
+            kustomize(overlay),
+            by_script,
+            "packaging/kubernetes/{overlay} vs {args:?}"
         );
+    }
+    // Without flags the files outside the base are the shipped ones, byte for byte.
+    let out = rendered(&[]);
+    let shipped = super::manifests::manifest_dir();
+    for dir in ["examples", "drop-in", "tools"] {
+        for file in manifests_in(&shipped.join(dir)) {
+            let name = file.strip_prefix(&shipped).unwrap();
+            assert_eq!(
+                std::fs::read(out.path().join(name)).unwrap(),
+                std::fs::read(&file).unwrap(),
+                "{name:?}"
+            );
+        }
     }
 }
 
 #[test]
-fn the_render_script_refuses_an_unknown_flag_and_a_relative_kubelet_root_with_exit_2() {
+fn the_render_script_refuses_an_unknown_flag_a_bad_value_and_a_missing_argument_with_exit_2() {
     let cases = [
         (&["--bogus"][..], "flag provided but not defined: --bogus"),
         (
@@ -106,6 +93,18 @@ fn the_render_script_refuses_an_unknown_flag_and_a_relative_kubelet_root_with_ex
             "invalid value \"/var/lib/../kubelet\" for flag --kubelet-root",
         ),
         (&["--image=a b"], "invalid value \"a b\" for flag --image"),
+        (
+            &["--image=registry/csi-nodekit"],
+            "invalid value \"registry/csi-nodekit\" for flag --image: no tag",
+        ),
+        (
+            &["--image=r/x@sha256:12"],
+            "invalid value \"r/x@sha256:12\" for flag --image",
+        ),
+        (
+            &["--with=snapshots,bogus"],
+            "invalid value \"snapshots,bogus\" for flag --with",
+        ),
         (&["--out"], "flag needs an argument: --out"),
     ];
     for (args, message) in cases {
@@ -114,5 +113,72 @@ fn the_render_script_refuses_an_unknown_flag_and_a_relative_kubelet_root_with_ex
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
         assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+/// Every container running our image in `docs`, with its file, image and pull policy.
+fn ours(docs: &[(PathBuf, Value)], image_name: &str) -> Vec<(PathBuf, String, String)> {
+    let mut found = Vec::new();
+    for (file, doc) in docs {
+        let Some(spec) = pod_spec(doc) else { continue };
+        for container in spec["containers"].as_array().into_iter().flatten() {
+            let image = container["image"].as_str().unwrap_or_default();
+            if image.starts_with(image_name) {
+                let policy = container["imagePullPolicy"].as_str().unwrap_or("<unset>");
+                found.push((file.clone(), image.to_owned(), policy.to_owned()));
+            }
+        }
+    }
+    found
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn our_image_is_pulled_if_not_present_only_under_a_tag_or_digest_that_names_one_build() {
+    let version = env!("CARGO_PKG_VERSION");
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let cases = [
+        // (the --image flag, image name, image in the manifests, expected policy)
+        (None, "localhost/csi-nodekit", shipped_image(), "Always"),
+        (
+            Some(format!("localhost/csi-nodekit:{version}-0123456789ab")),
+            "localhost/csi-nodekit",
+            format!("localhost/csi-nodekit:{version}-0123456789ab"),
+            "IfNotPresent",
+        ),
+        (
+            Some(REGISTRY_IMAGE.to_owned()),
+            "registry.example.com/platform/csi-nodekit",
+            REGISTRY_IMAGE.to_owned(),
+            "Always",
+        ),
+        (
+            Some(format!(
+                "registry.example.com:5000/csi-nodekit:{version}@{digest}"
+            )),
+            "registry.example.com:5000/csi-nodekit",
+            format!("registry.example.com:5000/csi-nodekit@{digest}"),
+            "IfNotPresent",
+        ),
+    ];
+    for (flag, name, image, policy) in cases {
+        let flag = flag.map(|f| format!("--image={f}"));
+        let mut args = vec![EVERY_COMPONENT];
+        args.extend(flag.as_deref());
+        let out = rendered(&args);
+        let found = ours(&documents_in(out.path()), name);
+        // node-server, registrar, liveness-probe, the doctor pod, the drop-in's two.
+        assert_eq!(found.len(), 6, "{args:?}: {found:?}");
+        for (file, used, pulled) in found {
+            assert_eq!(used, image, "{args:?} {file:?}");
+            assert_eq!(pulled, policy, "{args:?} {file:?}: image {used}");
+        }
+    }
+    // The shipped files follow the rule too: the version's tag moves with every rebuild.
+    let shipped = documents_in(&super::manifests::manifest_dir());
+    let found = ours(&shipped, IMAGE.trim_end_matches(':'));
+    assert!(found.len() >= 6, "{found:?}");
+    for (file, _, pulled) in found {
+        assert_eq!(pulled, "Always", "{file:?}");
     }
 }

@@ -1,0 +1,350 @@
+//! The upstream sidecars in the manifests, held to their pinned releases: every flag one of
+//! them is given is a flag that release registers, every feature gate one it knows, every RBAC
+//! rule for it one its release documents. There is no network to the upstream repositories in
+//! CI, so the flag sets and rules are recorded here as data, each with the file it was read from.
+//!
+//! Where they were read: the public code index's copies of the upstream repositories (the
+//! versions it holds, named by commit below). For csi-provisioner and csi-snapshotter those
+//! copies are older than the pinned tags, which could not be read offline; every flag and rule
+//! the manifests use is present in them, and the releases since (CHANGELOG-6.x.md, -8.x.md,
+//! read in the same index) remove none of them. docs/deploy.md, "Pinned upstream releases".
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::manifests::{
+    EVERY_COMPONENT, container, documents_in, expand, kind, literal_env, our_daemonset, rendered,
+    strings,
+};
+
+/// klog's and component-base's logging flags, which every sidecar registers.
+const LOGGING: &[&str] = &["v", "vmodule", "logging-format", "log-flush-frequency"];
+
+struct Release {
+    image: &'static str,
+    /// Flag names the release registers (without dashes), besides [`LOGGING`].
+    flags: &'static [&'static str],
+    /// Feature gates `--feature-gates` takes.
+    gates: &'static [&'static str],
+    /// Documented ClusterRole rules: (API group, resource, verbs).
+    rules: &'static [(&'static str, &'static str, &'static [&'static str])],
+}
+
+/// external-provisioner, pinned v6.4.0 (CHANGELOG/CHANGELOG-6.4.md). Flags from
+/// cmd/csi-provisioner/csi-provisioner.go as the index holds it (the pflag-based version with
+/// node deployment, capacity and CrossNamespaceVolumeDataSource); `Topology` from the gate the
+/// manifests have passed since v5 (not re-read here). Rules from deploy/kubernetes/rbac.yaml
+/// (index copy @f7527624e740a469da16f15cc6c7731763971fef) plus the ones its README documents for
+/// --enable-capacity (CSIStorageCapacity, get pods) and topology (csinodes) and the
+/// VolumeAttachment watch it starts only for PUBLISH_UNPUBLISH drivers.
+const PROVISIONER: Release = Release {
+    image: "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
+    flags: &[
+        "master",
+        "kubeconfig",
+        "csi-address",
+        "volume-name-prefix",
+        "volume-name-uuid-length",
+        "version",
+        "retry-interval-start",
+        "retry-interval-max",
+        "worker-threads",
+        "cloning-protection-threads",
+        "capacity-threads",
+        "timeout",
+        "leader-election",
+        "leader-election-namespace",
+        "strict-topology",
+        "immediate-topology",
+        "extra-create-metadata",
+        "metrics-address",
+        "http-endpoint",
+        "metrics-path",
+        "enable-pprof",
+        "leader-election-lease-duration",
+        "leader-election-renew-deadline",
+        "leader-election-retry-period",
+        "default-fstype",
+        "kube-api-qps",
+        "kube-api-burst",
+        "kube-api-capacity-qps",
+        "kube-api-capacity-burst",
+        "enable-capacity",
+        "capacity-for-immediate-binding",
+        "capacity-poll-interval",
+        "capacity-ownerref-level",
+        "node-deployment",
+        "node-deployment-immediate-binding",
+        "node-deployment-base-delay",
+        "node-deployment-max-delay",
+        "controller-publish-readonly",
+        "prevent-volume-mode-conversion",
+        "feature-gates",
+    ],
+    gates: &["Topology", "CrossNamespaceVolumeDataSource"],
+    rules: &[
+        (
+            "",
+            "persistentvolumes",
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        (
+            "",
+            "persistentvolumeclaims",
+            &["get", "list", "watch", "update"],
+        ),
+        (
+            "storage.k8s.io",
+            "storageclasses",
+            &["get", "list", "watch"],
+        ),
+        (
+            "",
+            "events",
+            &["list", "watch", "create", "update", "patch"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshots",
+            &["get", "list"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotcontents",
+            &["get", "list"],
+        ),
+        ("storage.k8s.io", "csinodes", &["get", "list", "watch"]),
+        ("", "nodes", &["get", "list", "watch"]),
+        (
+            "storage.k8s.io",
+            "volumeattachments",
+            &["get", "list", "watch"],
+        ),
+        (
+            "storage.k8s.io",
+            "csistoragecapacities",
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+        ),
+        ("", "pods", &["get"]),
+    ],
+};
+
+/// external-snapshotter's csi-snapshotter, pinned v8.7.0 (CHANGELOG/CHANGELOG-8.7.md, which
+/// enables the VolumeGroupSnapshot gate). Flags from cmd/csi-snapshotter/main.go as the index
+/// holds it (the v8 version with --node-deployment, the group snapshot flags and the
+/// CSIVolumeGroupSnapshot gate it names in its warning). Rules from
+/// deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml
+/// (@0ccf8017800f0f6160f5003f2cf333954dfa4a91) and, for group snapshots, the same rules on
+/// groupsnapshot.storage.k8s.io that v8's file adds (not in that older copy: unverified here).
+const SNAPSHOTTER: Release = Release {
+    image: "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
+    flags: &[
+        "kubeconfig",
+        "csi-address",
+        "resync-period",
+        "snapshot-name-prefix",
+        "snapshot-name-uuid-length",
+        "version",
+        "worker-threads",
+        "timeout",
+        "extra-create-metadata",
+        "leader-election",
+        "leader-election-namespace",
+        "leader-election-lease-duration",
+        "leader-election-renew-deadline",
+        "leader-election-retry-period",
+        "kube-api-qps",
+        "kube-api-burst",
+        "metrics-address",
+        "http-endpoint",
+        "metrics-path",
+        "retry-interval-start",
+        "retry-interval-max",
+        "node-deployment",
+        "groupsnapshot-name-prefix",
+        "groupsnapshot-name-uuid-length",
+        "feature-gates",
+    ],
+    gates: &["CSIVolumeGroupSnapshot"],
+    rules: &[
+        (
+            "",
+            "events",
+            &["list", "watch", "create", "update", "patch"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotclasses",
+            &["get", "list", "watch"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotcontents",
+            &[
+                "create", "get", "list", "watch", "update", "delete", "patch",
+            ],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotcontents/status",
+            &["update", "patch"],
+        ),
+        (
+            "groupsnapshot.storage.k8s.io",
+            "volumegroupsnapshotclasses",
+            &["get", "list", "watch"],
+        ),
+        (
+            "groupsnapshot.storage.k8s.io",
+            "volumegroupsnapshotcontents",
+            &[
+                "create", "get", "list", "watch", "update", "delete", "patch",
+            ],
+        ),
+        (
+            "groupsnapshot.storage.k8s.io",
+            "volumegroupsnapshotcontents/status",
+            &["update", "patch"],
+        ),
+    ],
+};
+
+const RELEASES: &[&Release] = &[&PROVISIONER, &SNAPSHOTTER];
+
+fn complete() -> Vec<(PathBuf, Value)> {
+    let out = rendered(&[EVERY_COMPONENT]);
+    documents_in(out.path())
+}
+
+fn release_of(image: &str) -> Option<&'static Release> {
+    RELEASES.iter().copied().find(|r| r.image == image)
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn every_upstream_sidecar_runs_its_pinned_release_with_flags_and_gates_that_release_registers() {
+    let docs = complete();
+    let daemonset = our_daemonset(&docs);
+    let mut seen = BTreeSet::new();
+    for c in super::manifests::pod_spec(daemonset).unwrap()["containers"]
+        .as_array()
+        .unwrap()
+    {
+        let image = c["image"].as_str().unwrap();
+        if image.contains("csi-nodekit") {
+            continue;
+        }
+        let release = release_of(image)
+            .unwrap_or_else(|| panic!("{image} is not a pinned release with a recorded flag set"));
+        seen.insert(release.image);
+        let env = literal_env(c);
+        for arg in strings(&c["args"]) {
+            let arg = expand(&arg, &env);
+            let flag = arg.trim_start_matches('-');
+            assert!(
+                arg.starts_with('-') && flag.len() + 2 >= arg.len(),
+                "{image}: {arg}"
+            );
+            let (name, value) = flag.split_once('=').unwrap_or((flag, ""));
+            assert!(
+                release.flags.contains(&name) || LOGGING.contains(&name),
+                "{image} registers no flag --{name}"
+            );
+            if name == "feature-gates" {
+                for gate in value.split(',') {
+                    let (gate, on) = gate.split_once('=').expect("gate=value");
+                    assert!(
+                        release.gates.contains(&gate),
+                        "{image} knows no gate {gate}"
+                    );
+                    assert!(["true", "false"].contains(&on), "{image}: {gate}={on}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        RELEASES.len(),
+        "every pinned release is in the manifests"
+    );
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn every_rbac_rule_of_the_node_plugin_is_one_an_upstream_release_documents() {
+    let docs = complete();
+    let documented: BTreeSet<(String, String, String)> = RELEASES
+        .iter()
+        .flat_map(|r| r.rules.iter())
+        .flat_map(|(group, resource, verbs)| {
+            verbs
+                .iter()
+                .map(move |v| (group.to_string(), resource.to_string(), v.to_string()))
+        })
+        .collect();
+    let mut checked = 0;
+    for (file, doc) in &docs {
+        // The roles the node plugin's ServiceAccount holds (the doctor's are its own).
+        if !["ClusterRole", "Role"].contains(&kind(doc))
+            || !doc["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("csi-nodekit-")
+            || doc["metadata"]["name"] == "csi-nodekit-doctor"
+        {
+            continue;
+        }
+        for rule in doc["rules"].as_array().unwrap() {
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        let key = (group.clone(), resource.clone(), verb);
+                        assert!(
+                            documented.contains(&key),
+                            "{file:?}: {key:?} is not documented"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} rule entries found");
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn the_snapshotter_and_provisioner_act_only_for_their_own_node_and_without_leader_election() {
+    let docs = complete();
+    let daemonset = our_daemonset(&docs);
+    for name in ["csi-provisioner", "csi-snapshotter"] {
+        let c = container(daemonset, name);
+        let args = strings(&c["args"]);
+        assert!(
+            args.contains(&"--node-deployment=true".to_owned()),
+            "{name}: {args:?}"
+        );
+        assert!(
+            !args.iter().any(|a| a.starts_with("--leader-election")),
+            "{name}"
+        );
+        let node = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "NODE_NAME")
+            .unwrap_or_else(|| panic!("{name}: NODE_NAME"));
+        assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    }
+    // Group snapshots: the gate, and a class for node-server's driver.
+    let snapshotter = strings(&container(daemonset, "csi-snapshotter")["args"]);
+    assert!(snapshotter.contains(&"--feature-gates=CSIVolumeGroupSnapshot=true".to_owned()));
+    for class in ["VolumeSnapshotClass", "VolumeGroupSnapshotClass"] {
+        let (_, doc) = docs.iter().find(|(_, d)| kind(d) == class).expect(class);
+        assert_eq!(doc["driver"], "nodekit.csi.local", "{class}");
+    }
+}
