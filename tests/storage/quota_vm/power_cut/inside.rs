@@ -272,6 +272,9 @@ impl Boot {
             volumes.len(),
             snapshots.len(),
             match (&pending, &pending_id) {
+                (Some(words), _) if words[0] == "fill" => {
+                    "a pod's fill (not a call: its volume's content is unknown since)".to_owned()
+                }
                 (Some(words), Some(id)) => format!(
                     "`{}`'s object was {}there before its retry",
                     words[0],
