@@ -74,6 +74,17 @@ impl Mounter for GateMounter {
         LinuxMounter.bind_file(source, target, readonly)
     }
 
+    fn mount_device(
+        &self,
+        device: &Path,
+        fstype: &std::ffi::CStr,
+        target: &Path,
+        options: MountOptions,
+        prepare: &mut dyn FnMut(&std::fs::File) -> std::io::Result<()>,
+    ) -> Result<(), MountError> {
+        LinuxMounter.mount_device(device, fstype, target, options, prepare)
+    }
+
     fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {
         LinuxMounter.unmount(target, checked)
     }

@@ -12,6 +12,7 @@ mod concurrency;
 mod controller_errors;
 mod every_rpc_validates;
 mod group_snapshots;
+mod image;
 mod interrupted_delete;
 mod lifecycle;
 mod modify;

@@ -61,6 +61,70 @@ pub fn write_template(image: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Writes the empty filesystem into `image` (a new, empty file) and allocates the whole file
+/// to `bytes` (whole blocks, at least [`TEMPLATE_BYTES`]) with `fallocate`: a thick image,
+/// whose writes never need a block of the host filesystem, which may be full by then (a
+/// sparse image's writes would then fail under its filesystem as I/O errors).
+pub fn write_thick(image: &File, bytes: u64) -> std::io::Result<()> {
+    write_template(image)?;
+    let len = i64::try_from(bytes).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    nix::fcntl::fallocate(image, nix::fcntl::FallocateFlags::empty(), 0, len)?;
+    Ok(())
+}
+
+/// A UUID of a volume's own, derived from its ID (IDs are unique on the node, and random):
+/// two FNV-1a hashes of it, marked as a version 8 (custom) UUID. Stable across versions, so a
+/// volume keeps its UUID from stage to stage; a clone or restore, another ID, gets another.
+pub fn volume_uuid(id: &str) -> [u8; 16] {
+    let fnv = |basis: u64| {
+        (id.bytes()).fold(basis, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    uuid[8..].copy_from_slice(&fnv(0x6c62_272e_07bb_0142).to_be_bytes());
+    uuid[6] = (uuid[6] & 0x0f) | 0x80;
+    uuid[8] = (uuid[8] & 0x3f) | 0x80;
+    uuid
+}
+
+/// What a filesystem's superblock says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    /// Its size: blocks times block size.
+    pub bytes: u64,
+    pub uuid: [u8; 16],
+}
+
+/// Reads the superblock of the ext4 on `device` (a block device or an image file). On a
+/// device whose filesystem is mounted, a buffered read shares the page cache the mounted
+/// filesystem keeps its superblock in, so it sees the size a resize just set.
+pub fn superblock(device: &File) -> std::io::Result<Superblock> {
+    let mut sb = [0u8; 1024];
+    device.read_exact_at(&mut sb, 1024)?;
+    let u32_at = |at: usize| u32::from_le_bytes([sb[at], sb[at + 1], sb[at + 2], sb[at + 3]]);
+    if u16::from_le_bytes([sb[56], sb[57]]) != 0xef53 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no ext4 superblock",
+        ));
+    }
+    const INCOMPAT_64BIT: u32 = 0x80;
+    let high = match u32_at(0x60) & INCOMPAT_64BIT {
+        0 => 0,
+        _ => u64::from(u32_at(0x150)),
+    };
+    let blocks = (high << 32) | u64::from(u32_at(4));
+    let block_bytes = 1024u64 << u32_at(24).min(16);
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&sb[0x68..0x78]);
+    Ok(Superblock {
+        bytes: blocks * block_bytes,
+        uuid,
+    })
+}
+
 /// Rounds a size up to whole filesystem blocks, at least the template's size.
 pub fn fs_bytes(requested: u64) -> u64 {
     requested.max(TEMPLATE_BYTES).div_ceil(BLOCK_BYTES) * BLOCK_BYTES

@@ -71,3 +71,41 @@ fn sizes_round_up_to_whole_blocks_and_never_below_the_template() {
     assert_eq!(fs_bytes(TEMPLATE_BYTES + 1), TEMPLATE_BYTES + BLOCK_BYTES);
     assert_eq!(fs_bytes(1 << 30), 1 << 30);
 }
+
+#[test]
+fn a_thick_image_is_allocated_to_its_size_and_its_superblock_reads_back() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = File::create_new(dir.path().join("image")).unwrap();
+    write_thick(&file, 32 << 20).unwrap();
+    let meta = file.metadata().unwrap();
+    assert_eq!(meta.len(), 32 << 20);
+    assert!(
+        meta.blocks() * 512 >= 32 << 20,
+        "{} bytes allocated",
+        meta.blocks() * 512
+    );
+    let read = super::superblock(&file).unwrap();
+    assert_eq!(read.bytes, TEMPLATE_BYTES, "the filesystem is still 16 MiB");
+    let empty = File::create_new(dir.path().join("empty")).unwrap();
+    empty.set_len(4096 * 4).unwrap();
+    let err = super::superblock(&empty).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+}
+
+#[test]
+fn each_volume_id_gives_a_uuid_of_its_own_that_stays_the_same() {
+    let a = volume_uuid("vol-1f2e3d4c5b6a7988");
+    assert_eq!(a, volume_uuid("vol-1f2e3d4c5b6a7988"));
+    assert_ne!(a, volume_uuid("vol-1f2e3d4c5b6a7989"));
+    assert_eq!(a[6] >> 4, 8, "version 8");
+    assert_eq!(a[8] >> 6, 0b10, "the RFC 9562 variant");
+    let template = super::superblock(&{
+        let dir = tempfile::tempdir().unwrap();
+        let file = File::create_new(dir.path().join("image")).unwrap();
+        write_template(&file).unwrap();
+        file
+    })
+    .unwrap();
+    assert_ne!(a, template.uuid, "not the template's");
+}

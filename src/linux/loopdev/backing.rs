@@ -31,6 +31,17 @@ fn check_size(path: &Path, size: u64) -> Result<(), LoopError> {
 /// regular file of that size is accepted (`Ok(false)`); of another size it is an error, never
 /// changed. `Ok(true)`: created now, and durable.
 pub fn create_backing_file(path: &Path, size: u64) -> Result<bool, LoopError> {
+    create_backing_file_with(path, size, |_| Ok(()))
+}
+
+/// [`create_backing_file`], with `init` writing the new file's first content (and allocating
+/// it, if it will) before it is sized, synced and given its name: a crash leaves no file or a
+/// whole one.
+pub fn create_backing_file_with(
+    path: &Path,
+    size: u64,
+    init: impl FnOnce(&File) -> std::io::Result<()>,
+) -> Result<bool, LoopError> {
     check_size(path, size)?;
     if existing_size(path)?.is_some() {
         return matches_existing(path, size);
@@ -47,6 +58,7 @@ pub fn create_backing_file(path: &Path, size: u64) -> Result<bool, LoopError> {
         .custom_flags(OFlag::O_TMPFILE.bits() | OFlag::O_CLOEXEC.bits())
         .open(parent)
         .map_err(PathIoError::at("create an unnamed file in", parent))?;
+    init(&file).map_err(PathIoError::at("write", path))?;
     file.set_len(size).map_err(PathIoError::at("size", path))?;
     file.sync_all().map_err(PathIoError::at("sync", path))?;
     // Linking the descriptor gives the inode its name atomically, and never over another.

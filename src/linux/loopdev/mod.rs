@@ -44,7 +44,7 @@ use nix::fcntl::OFlag;
 
 use crate::path_io::PathIoError;
 pub use attach::{attach, find_or_attach};
-pub use backing::{create_backing_file, grow_backing_file};
+pub use backing::{create_backing_file, create_backing_file_with, grow_backing_file};
 pub use detach::{detach, flush, refresh_capacity, set_direct_io, size};
 use ioctl::{LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO, LO_FLAGS_PARTSCAN, LO_FLAGS_READ_ONLY};
 pub use loop_error::LoopError;

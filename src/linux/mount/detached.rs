@@ -3,7 +3,13 @@
 //! attached onto the target's descriptor (`move_mount`). Nothing is looked up by path between
 //! the caller's check and the mount, the mount never shows without its flags, and a failure
 //! before the attach leaves nothing mounted: closing the detached mount dissolves it.
+//!
+//! A filesystem on a block device is mounted the same way ([`mount_device`]): created and
+//! mounted detached (`fsopen`, `fsconfig`, `fsmount`), readied through its root while no path
+//! shows it, given its flags, then attached onto the checked descriptor.
 
+use std::ffi::CStr;
+use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use nix::errno::Errno;
@@ -77,6 +83,71 @@ fn attach(tree: &OwnedFd, onto: &OwnedFd) -> Result<(), Errno> {
             onto.as_raw_fd(),
             c"".as_ptr(),
             flags,
+        )
+    };
+    Errno::result(rc).map(drop)
+}
+
+/// Mounts the `fstype` filesystem on the block device `device` onto what `onto` is open on:
+/// `prepare` gets its root, open and writable, before any path shows it (a failure there, as
+/// any before the attach, leaves nothing mounted), then `options`' flags are set and the mount
+/// attached. Needs Linux 5.2 (5.12 for flags); an older kernel is ENOSYS.
+pub fn mount_device(
+    fstype: &CStr,
+    device: &CStr,
+    onto: &OwnedFd,
+    options: MountOptions,
+    prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    // SAFETY: a NUL-terminated name and flags; the call reads nothing else.
+    let fs = unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), libc::FSOPEN_CLOEXEC) };
+    // SAFETY: fsopen returned a new descriptor, owned by nobody else.
+    let fs = unsafe { OwnedFd::from_raw_fd(Errno::result(fs)? as i32) };
+    fs_config(
+        &fs,
+        libc::FSCONFIG_SET_STRING,
+        Some(c"source"),
+        Some(device),
+    )?;
+    fs_config(&fs, libc::FSCONFIG_CMD_CREATE, None, None)?;
+    // SAFETY: an open filesystem context and flags; no pointers.
+    let mnt = unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), libc::FSMOUNT_CLOEXEC, 0) };
+    // SAFETY: fsmount returned a new descriptor, owned by nobody else.
+    let mnt = unsafe { OwnedFd::from_raw_fd(Errno::result(mnt)? as i32) };
+    // The mount's descriptor is O_PATH, which ioctls and fchmod refuse: its root, opened.
+    let root = nix::fcntl::openat(
+        &mnt,
+        ".",
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    prepare(&File::from(root))?;
+    let (set, clear) = options.mount_attr();
+    if (set | clear) != 0 && !set_attr(&mnt, set, clear)? {
+        return Err(Errno::ENOSYS.into());
+    }
+    attach(&mnt, onto)?;
+    Ok(())
+}
+
+/// One `fsconfig` command on a filesystem context.
+fn fs_config(
+    fs: &OwnedFd,
+    command: libc::c_uint,
+    key: Option<&CStr>,
+    value: Option<&CStr>,
+) -> Result<(), Errno> {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: the key and value are NUL-terminated strings (or null where the command takes
+    // none) that outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            command,
+            ptr(key),
+            ptr(value),
+            0,
         )
     };
     Errno::result(rc).map(drop)

@@ -110,6 +110,29 @@ impl Mounter for RecordingMounter {
         Ok(())
     }
 
+    /// Records the mount; `prepare` is not run (the fake has no filesystem to give it).
+    fn mount_device(
+        &self,
+        device: &Path,
+        _fstype: &CStr,
+        target: &Path,
+        options: MountOptions,
+        _prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
+    ) -> Result<(), MountError> {
+        self.calls.lock().unwrap().push(format!(
+            "mount-device {} {}",
+            device.display(),
+            target.display()
+        ));
+        self.table.lock().unwrap().push(MountEntry {
+            dev: (7, 0),
+            root: Some(PathBuf::from("/")),
+            mount_point: target.to_owned(),
+            options: options.names().into_iter().map(String::from).collect(),
+        });
+        Ok(())
+    }
+
     fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {
         if self.mount_at(target)?.as_ref() != Some(checked) {
             return Err(PathIoError::at("unmount", target)(std::io::Error::other(

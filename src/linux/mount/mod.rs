@@ -5,6 +5,8 @@
 //! [`mount_options`](crate::linux::mount_options)), and a recording fake (`fake`) that lets the
 //! publish logic be unit-tested without root.
 
+use std::ffi::{CStr, CString};
+use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
@@ -41,6 +43,18 @@ pub trait Mounter: Send + Sync {
     /// Bind-mounts the device node (or other non-directory) `source` on the regular file
     /// `target`, read-only if asked; on failure nothing stays mounted.
     fn bind_file(&self, source: &Path, target: &Path, readonly: bool) -> Result<(), MountError>;
+    /// Mounts the `fstype` filesystem on the block device `device` onto the directory
+    /// `target` (opened through no symbolic link), with `options`' flags; `prepare` gets the
+    /// filesystem's root, open and writable, before any path shows it. On failure (`prepare`'s
+    /// too) nothing stays mounted.
+    fn mount_device(
+        &self,
+        device: &Path,
+        fstype: &CStr,
+        target: &Path,
+        options: MountOptions,
+        prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
+    ) -> Result<(), MountError>;
     /// Unmounts the topmost mount at `target` if it is still the one `checked` there (by
     /// [`mount_at`](Mounter::mount_at)); a mount that changed in between is left alone and
     /// the call fails.
@@ -202,6 +216,21 @@ impl Mounter for LinuxMounter {
             ..MountOptions::default()
         };
         bind_opened(&from, &onto, target, options)
+    }
+
+    fn mount_device(
+        &self,
+        device: &Path,
+        fstype: &CStr,
+        target: &Path,
+        options: MountOptions,
+        prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
+    ) -> Result<(), MountError> {
+        let onto = open_dir(target).map_err(PathIoError::at("open mount target", target))?;
+        let source = CString::new(device.as_os_str().as_encoded_bytes())
+            .map_err(|e| PathIoError::new("mount", device, std::io::Error::other(e)))?;
+        detached::mount_device(fstype, &source, &onto, options, prepare)
+            .map_err(PathIoError::at("mount a filesystem onto", target))
     }
 
     fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {

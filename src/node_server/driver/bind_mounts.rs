@@ -110,7 +110,7 @@ pub fn resolve(field: Field, path: &Path) -> Result<Option<PathBuf>, BindError> 
 
 /// Creates the mount point itself (never its parents: those are the CO's), through its parent
 /// opened without following links. `Ok(true)`: created now.
-fn make_mount_point(field: Field, path: &Path) -> Result<bool, BindError> {
+pub(super) fn make_mount_point(field: Field, path: &Path) -> Result<bool, BindError> {
     match linux_resolve::make_dir(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => match std::fs::symlink_metadata(path) {

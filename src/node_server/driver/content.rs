@@ -71,6 +71,13 @@ impl Driver {
                     .records()
                     .get(id)
                     .ok_or_else(|| not_found("volume", id))?;
+                if volume.is_image() {
+                    return Err(VolumeError::NotForImages {
+                        id: id.to_owned(),
+                        call: "a clone",
+                    }
+                    .into());
+                }
                 if volume.block {
                     self.flush_block(&volume)?;
                 }

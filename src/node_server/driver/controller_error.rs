@@ -83,6 +83,14 @@ pub enum ControllerError {
         "{size} bytes, rounded up to whole 512-byte sectors for a block volume, exceeds limit_bytes {limit}"
     )]
     BlockSize { size: u64, limit: u64 },
+    /// An image volume's size: whole 4 KiB blocks of its filesystem, at least its template's.
+    #[error(
+        "{size} bytes, rounded up to whole 4096-byte blocks and to at least {least} bytes (the \
+         smallest filesystem of an image volume), exceeds limit_bytes {limit}"
+    )]
+    ImageSize { size: u64, least: u64, limit: u64 },
+    #[error("volume {name:?} exists with layout {is}")]
+    OtherLayout { name: String, is: &'static str },
     #[error(transparent)]
     Loop(#[from] LoopError),
     #[error("volume {name:?} exists with other mutable parameters ({existing:?})")]

@@ -5,7 +5,8 @@
 //!
 //! - `node_ops` — the Node service: stage, unstage, publish, unpublish, stats, expand;
 //!   `mount_points` — the checks every request path goes through first; `bind_mounts` — bind
-//!   mounts decided from the kernel; `block` — raw block volumes on loop devices;
+//!   mounts decided from the kernel; `block` — raw block volumes on loop devices; `image` —
+//!   image volumes, a filesystem of their own on a loop device;
 //!   `ephemeral` — inline volumes.
 //! - `volume_ops` — CreateVolume, DeleteVolume, ControllerExpandVolume; `content` — restores
 //!   and clones; `snapshot_ops` — snapshots and groups; `modify` — ControllerModifyVolume.
@@ -18,6 +19,7 @@ mod block;
 mod content;
 mod controller_error;
 mod ephemeral;
+mod image;
 mod modify;
 mod mount_points;
 mod node_error;
@@ -52,6 +54,7 @@ pub use ephemeral::is_ephemeral;
 pub use node_error::NodeError;
 pub use node_ops::{PublishRequest, Staging};
 pub use quota_patrol::QuotaPatrol;
+pub use volume_ops::Kind;
 
 /// State shared by the Node, Controller and Identity services.
 pub struct Driver {

@@ -5,7 +5,7 @@
 use super::Driver;
 use super::controller_error::ControllerError;
 use crate::node_server::state::attributes::{Attributes, DIRECT_IO, INODE_LIMIT, ROOT_MODE};
-use crate::node_server::state::volumes::Record;
+use crate::node_server::state::volumes::{Layout, Record};
 
 impl Driver {
     /// Applies the attributes `change` names to volume `id`, keeping the others; idempotent
@@ -15,11 +15,14 @@ impl Driver {
             .volumes
             .records()
             .provisioned(id, "ControllerModifyVolume")?;
-        self.check_attributes(&change, Some(&record), record.block)?;
+        self.check_attributes(&change, Some(&record), record.block, record.layout)?;
         let attributes = record.attributes.with(change);
         let record = self.volumes.set_attributes(id, attributes)?;
-        if record.block {
+        if record.has_own_file() {
             self.apply_direct_io(&record)?;
+        }
+        if record.is_image() {
+            self.apply_image_root_mode(&record);
         }
         Ok(record)
     }
@@ -30,8 +33,14 @@ impl Driver {
         wanted: &Attributes,
         volume: Option<&Record>,
         block: bool,
+        layout: Layout,
     ) -> Result<(), ControllerError> {
-        let kind = if block { "block volume" } else { "volume" };
+        let image = layout == Layout::Image;
+        let kind = match (block, image) {
+            (true, _) => "block volume",
+            (false, true) => "image volume",
+            (false, false) => "volume",
+        };
         let what = || match volume {
             Some(record) => format!("{kind} {}", record.id),
             None => format!("a new {kind}"),
@@ -48,11 +57,20 @@ impl Driver {
                 why: "a block volume is a device, with no directory or inodes of its own".into(),
             });
         }
-        if !block && wanted.direct_io.is_some() {
+        if image && let Some(key) = wanted.inode_limit.map(|_| INODE_LIMIT) {
+            return Err(ControllerError::CannotApply {
+                key,
+                what: what(),
+                why: "its inodes are its own filesystem's (one per 16 KiB of its size), not a \
+                      project quota's"
+                    .into(),
+            });
+        }
+        if !block && !image && wanted.direct_io.is_some() {
             return Err(ControllerError::CannotApply {
                 key: DIRECT_IO,
                 what: what(),
-                why: "it is a directory; only block volumes have a loop device".into(),
+                why: "it is a directory; only block and image volumes have a loop device".into(),
             });
         }
         if wanted.inode_limit.is_none() {

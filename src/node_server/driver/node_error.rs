@@ -98,4 +98,19 @@ pub enum NodeError {
     },
     #[error(transparent)]
     Loop(#[from] LoopError),
+    /// An image volume's filesystem that could not be readied or read.
+    #[error("{op} the filesystem of volume {id}: {source}")]
+    Filesystem {
+        id: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Growing an image volume's filesystem needs CAP_SYS_RESOURCE (`EXT4_IOC_RESIZE_FS`).
+    #[error(
+        "the filesystem of volume {id} must grow from {from} to {to} bytes, and the kernel \
+         lets only a process with CAP_SYS_RESOURCE grow it (EXT4_IOC_RESIZE_FS): give \
+         node-server's container that capability"
+    )]
+    NoResizeCapability { id: String, from: u64, to: u64 },
 }

@@ -11,9 +11,9 @@ use super::node_error::NodeError;
 use super::{Driver, ephemeral};
 use crate::csi_spec::Field;
 use crate::linux::mount::MountOptions;
-use crate::node_server::state::volumes::Record;
 use crate::node_server::state::volumes::project_quotas::Hold;
 use crate::node_server::state::volumes::roles::Role;
+use crate::node_server::state::volumes::{Record, VolumeError};
 
 /// A NodePublishVolume request after validation.
 #[derive(Debug)]
@@ -76,6 +76,10 @@ impl Driver {
             self.stage_block(&record)?;
             return Ok(self.volumes.records().note_staged(id, &staging)?);
         }
+        if record.is_image() {
+            self.stage_image(&record, &staging, options, group)?;
+            return Ok(self.volumes.records().note_staged(id, &staging)?);
+        }
         if let Some(gid) = group {
             self.volumes.storage_of(&record).set_group(&record, gid)?;
         }
@@ -97,6 +101,10 @@ impl Driver {
         };
         if record.block {
             self.unstage_block(&record)?;
+            return Ok(self.volumes.records().forget_staged(id, &staging)?);
+        }
+        if record.is_image() {
+            self.unstage_image(&record, &staging)?;
             return Ok(self.volumes.records().forget_staged(id, &staging)?);
         }
         let dir = self.volumes.path_of(id);
@@ -146,15 +154,18 @@ impl Driver {
             self.not_the_other_calls(Role::Staging, staging)?;
         }
         self.not_inside_a_volume(Field::TargetPath, &target)?;
-        let published = match record.as_ref().filter(|r| r.block) {
-            Some(record) => self.publish_block(
+        let published = match record.as_ref() {
+            Some(record) if record.block => self.publish_block(
                 record,
                 staging.as_deref(),
                 &target,
                 req.options.readonly,
                 req.exclusive,
             )?,
-            None => self.publish_directory(req, record.as_ref(), &target, staging.as_deref())?,
+            Some(record) if record.is_image() => {
+                self.publish_image(req, record, &target, staging.as_deref())?
+            }
+            _ => self.publish_directory(req, record.as_ref(), &target, staging.as_deref())?,
         };
         if published != Published::Already {
             log::debug!("published volume {id} at {}", target.display());
@@ -228,6 +239,13 @@ impl Driver {
         let created = (record.targets.iter()).any(|t| t.path == target && t.created);
         if record.block {
             self.unpublish_block(&record, &target, created)?;
+        } else if record.is_image() {
+            if self.unpublish_image(&record, &target)? {
+                log::debug!("unpublished volume {id} from {}", target.display());
+            }
+            if created {
+                bind_mounts::remove_mount_point(&target)?;
+            }
         } else {
             let dir = self.volumes.path_of(id);
             if bind_mounts::unmount_volume(&*self.mounter, field, &target, &dir)? {
@@ -260,6 +278,9 @@ impl Driver {
         let path = existing_path(volume_path)?;
         if record.block {
             return self.block_stats(&record, &path);
+        }
+        if record.is_image() {
+            return self.image_stats(&record, &path);
         }
         let dir = self.volumes.path_of(id);
         let statvfs = match nix::sys::statvfs::statvfs(&dir) {
@@ -307,6 +328,13 @@ impl Driver {
     pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
         let record = self.volumes.records().known(id)?;
         existing_path(volume_path)?;
+        if record.is_image() {
+            return Err(VolumeError::NotForImages {
+                id: id.to_owned(),
+                call: "NodeExpandVolume",
+            }
+            .into());
+        }
         if record.block {
             return self.expand_block_on_node(&record);
         }

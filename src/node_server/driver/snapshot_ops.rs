@@ -10,6 +10,7 @@ use super::Driver;
 use crate::node_server::state::snapshots::SnapshotError;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::node_server::state::sources::{snapshot_key, volume_key};
+use crate::node_server::state::volumes::VolumeError;
 
 /// Whether two lists of IDs hold the same IDs (the CSI compares sets).
 fn same_set(a: &[String], b: &[String]) -> bool {
@@ -137,6 +138,15 @@ impl Driver {
         let volumes = (ids.iter())
             .map(|id| self.volumes.records().provisioned(id, "a snapshot"))
             .collect::<Result<Vec<_>, _>>()?;
+        // Until a snapshot freezes the volume's filesystem, a copy of its image would not be
+        // of one instant.
+        if let Some(image) = volumes.iter().find(|v| v.is_image()) {
+            return Err(VolumeError::NotForImages {
+                id: image.id.clone(),
+                call: "a snapshot",
+            }
+            .into());
+        }
         for volume in volumes.iter().filter(|v| v.block) {
             self.flush_block(volume)?;
         }

@@ -1,14 +1,21 @@
 //! The Controller service's volume operations on the [`Driver`]: CreateVolume (empty,
-//! restored or cloned; a directory or a block volume's file), DeleteVolume and
-//! ControllerExpandVolume.
+//! restored or cloned; a directory, a block volume's file or an image volume's), DeleteVolume
+//! and ControllerExpandVolume.
 
 use super::Driver;
 use super::controller_error::{ControllerError, access_name};
-use crate::linux::loopdev;
+use crate::linux::{ext4_image, loopdev};
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::capacity;
 use crate::node_server::state::sources::volume_key;
-use crate::node_server::state::volumes::{ContentSource, Record, VolumeError};
+use crate::node_server::state::volumes::{ContentSource, Layout, Record, VolumeError};
+
+/// What a CreateVolume asks a volume to be: a device or a filesystem, and how it is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    pub block: bool,
+    pub layout: Layout,
+}
 
 impl Driver {
     /// CreateVolume: the volume of that name if its size, content source and attributes are
@@ -21,12 +28,17 @@ impl Driver {
         limit: u64,
         source: Option<ContentSource>,
         attributes: Attributes,
-        block: bool,
+        kind: Kind,
     ) -> Result<Record, ControllerError> {
+        let Kind { block, layout } = kind;
         match self.volumes.records().find_name(name) {
             Some(existing) if existing.block != block => Err(ControllerError::OtherAccessType {
                 name: name.to_owned(),
                 is: access_name(existing.block),
+            }),
+            Some(existing) if existing.layout != layout => Err(ControllerError::OtherLayout {
+                name: name.to_owned(),
+                is: existing.layout.name(),
             }),
             Some(existing) if existing.source != source => Err(ControllerError::OtherSource {
                 name: name.to_owned(),
@@ -45,7 +57,14 @@ impl Driver {
                 capacity: existing.capacity,
             }),
             None => {
-                self.check_attributes(&attributes, None, block)?;
+                self.check_attributes(&attributes, None, block, layout)?;
+                if layout == Layout::Image && source.is_some() {
+                    return Err(VolumeError::NotForImages {
+                        id: format!("{name:?} (to be)"),
+                        call: "a restore or a clone",
+                    }
+                    .into());
+                }
                 let content = source.as_ref().map(|s| self.content(s)).transpose()?;
                 if let Some(content) = content.as_ref().filter(|c| c.block != block) {
                     return Err(ControllerError::SourceAccessType {
@@ -60,10 +79,10 @@ impl Driver {
                         limit,
                     },
                 )?;
-                let capacity = if block {
-                    whole_sectors(capacity, limit)?
-                } else {
-                    capacity
+                let capacity = match layout {
+                    _ if block => whole_sectors(capacity, limit)?,
+                    Layout::Image => image_size(capacity, limit)?,
+                    Layout::Directory => capacity,
                 };
                 let record = Record {
                     id: self.volumes.new_id(),
@@ -72,12 +91,16 @@ impl Driver {
                     source,
                     attributes,
                     block,
+                    layout,
                     ..Default::default()
                 };
                 self.volumes.create_with(record, |record| {
                     let dir = &self.volumes.path_of(&record.id);
                     if block {
                         return self.fill_block(dir, content.as_ref(), capacity);
+                    }
+                    if record.is_image() {
+                        return self.fill_image(dir, capacity);
                     }
                     if let Some(content) = &content {
                         self.fill_held(dir, record, content)?;
@@ -90,13 +113,14 @@ impl Driver {
     }
 
     /// DeleteVolume: gone already is fine. Refused (ABORTED) while the volume is being copied
-    /// (a snapshot, a clone); its snapshots stay.
+    /// (a snapshot, a clone), and (FAILED_PRECONDITION) while a block or image volume's file
+    /// is on a loop device; its snapshots stay.
     pub fn delete(&self, id: &str) -> Result<(), ControllerError> {
         if self.volumes.records().get(id).is_none() {
             return Ok(());
         }
         let _deleting = self.sources.delete(&volume_key(id))?;
-        if let Some(record) = self.volumes.records().get(id).filter(|r| r.block)
+        if let Some(record) = self.volumes.records().get(id).filter(|r| r.has_own_file())
             && let Some(at) = self.block_user(&record)?
         {
             return Err(VolumeError::InUse {
@@ -121,6 +145,13 @@ impl Driver {
             .volumes
             .records()
             .provisioned(id, "ControllerExpandVolume")?;
+        if record.is_image() {
+            return Err(VolumeError::NotForImages {
+                id: id.to_owned(),
+                call: "ControllerExpandVolume",
+            }
+            .into());
+        }
         if record.block {
             let required = whole_sectors(required, limit)?;
             let capacity = self.expand_accounted(&record, required, limit)?;
@@ -158,6 +189,20 @@ fn whole_sectors(size: u64, limit: u64) -> Result<u64, ControllerError> {
     let rounded = size.max(1).next_multiple_of(512);
     if limit > 0 && rounded > limit {
         return Err(ControllerError::BlockSize { size, limit });
+    }
+    Ok(rounded)
+}
+
+/// An image volume's size: its filesystem's, whole 4 KiB blocks and at least the empty
+/// template's 16 MiB, within `limit`.
+fn image_size(size: u64, limit: u64) -> Result<u64, ControllerError> {
+    let rounded = ext4_image::fs_bytes(size);
+    if limit > 0 && rounded > limit {
+        return Err(ControllerError::ImageSize {
+            size,
+            least: ext4_image::TEMPLATE_BYTES,
+            limit,
+        });
     }
     Ok(rounded)
 }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use tonic::{Code, Request, Response, Status};
 
 use crate::linux::quota::QuotaError;
-use crate::node_server::driver::{ControllerError, Driver};
+use crate::node_server::driver::{ControllerError, Driver, Kind};
 use crate::node_server::grpc::controller_snapshots as snapshots;
 use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::attributes::{Attributes, ParameterError};
-use crate::node_server::state::volumes::{ContentSource, VolumeError as V};
+use crate::node_server::state::volumes::{ContentSource, Layout, VolumeError as V};
 use crate::proto::csi::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
@@ -45,18 +45,20 @@ fn status(error: ControllerError) -> Status {
         E::NameTaken { .. }
         | E::OtherSource { .. }
         | E::OtherAttributes { .. }
-        | E::OtherAccessType { .. } => Code::AlreadyExists,
+        | E::OtherAccessType { .. }
+        | E::OtherLayout { .. } => Code::AlreadyExists,
         // ModifyVolume's "parameters not supported" and "exceeds capabilities"; CreateVolume's
         // "source incompatible".
         E::Parameter(_) | E::CannotApply { .. } | E::SourceAccessType { .. } => {
             Code::InvalidArgument
         }
-        E::BlockSize { .. } => Code::OutOfRange,
+        E::BlockSize { .. } | E::ImageSize { .. } => Code::OutOfRange,
         // DeleteVolume of a volume that is still mounted; an expansion whose limit would
         // stay where it is (sizes not enforced now).
-        E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. }) => {
-            Code::FailedPrecondition
-        }
+        // A call the image layout does not offer yet: the volume is not in a state for it.
+        E::Volume(
+            V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. } | V::NotForImages { .. },
+        ) => Code::FailedPrecondition,
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
         E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project
@@ -152,6 +154,8 @@ impl Controller for ControllerService {
         let attributes = Attributes::from_parameters(&req.parameters)
             .and_then(|class| Ok(class.with(Attributes::from_mutable(&req.mutable_parameters)?)))
             .map_err(invalid)?;
+        let layout = Layout::from_parameters(&req.parameters, block).map_err(invalid)?;
+        let kind = Kind { block, layout };
         log::trace!("CreateVolume name={name} required={required} limit={limit}");
         let driver = &self.0;
         if let Some(wanted) = &req.accessibility_requirements
@@ -166,7 +170,7 @@ impl Controller for ControllerService {
         // Names may contain anything; "name/" keys cannot collide with volume IDs.
         let key = format!("name/{name}");
         let work = move |d: &Driver| {
-            Ok(d.volume(&d.create(&name, required, limit, source, attributes, block)?))
+            Ok(d.volume(&d.create(&name, required, limit, source, attributes, kind)?))
         };
         let volume = driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(CreateVolumeResponse {
@@ -211,7 +215,16 @@ impl Controller for ControllerService {
         });
         let attributes = Attributes::from_parameters(&req.parameters)
             .and_then(|_| Attributes::from_mutable(&req.mutable_parameters))
-            .map_err(|e| Status::invalid_argument(e.to_string()));
+            .and_then(|_| Layout::from_parameters(&req.parameters, record.block))
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+            .and_then(|layout| match layout == record.layout {
+                true => Ok(()),
+                false => Err(Status::invalid_argument(format!(
+                    "volume {id} has layout {}, not {}",
+                    record.layout.name(),
+                    layout.name()
+                ))),
+            });
         let reply = match kind.and(attributes) {
             Ok(_) => ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(Confirmed {

@@ -33,8 +33,9 @@ pub fn status(error: SnapshotError) -> Status {
         E::InGroup { .. } | E::MembersDiffer { .. } | E::SnapshotIdsRequired { .. } => {
             Code::InvalidArgument
         }
-        // An inline volume: in use by its pod alone.
-        E::Volume(V::Ephemeral { .. }) => Code::FailedPrecondition,
+        // An inline volume: in use by its pod alone; an image volume, whose snapshots are not
+        // offered yet.
+        E::Volume(V::Ephemeral { .. } | V::NotForImages { .. }) => Code::FailedPrecondition,
         // "Operation pending for snapshot" (or for its source).
         E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Not enough space to create snapshot": `--capacity`, or the filesystem, is full.

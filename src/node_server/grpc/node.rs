@@ -58,9 +58,13 @@ fn status(error: NodeError) -> Status {
         E::Bind(P::OtherOptions { .. } | P::OtherMount { .. }) | E::NotEphemeral { .. } => {
             Code::AlreadyExists
         }
+        // A filesystem that must grow while node-server lacks the capability to grow it.
+        E::NoResizeCapability { .. } => Code::FailedPrecondition,
         E::MissingParent { .. }
         | E::StagedElsewhere { .. }
-        | E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. })
+        | E::Volume(
+            V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. } | V::NotForImages { .. },
+        )
         | E::Bind(
             P::Symlink { .. }
             | P::Resolve {
@@ -92,6 +96,7 @@ fn status(error: NodeError) -> Status {
             },
         )
         | E::Stats { .. }
+        | E::Filesystem { .. }
         | E::Mount(_)
         | E::Worker(_) => Code::Internal,
     };

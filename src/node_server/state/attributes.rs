@@ -9,13 +9,14 @@
 //! - `rootMode`: the permission bits of the volume's root directory, octal (`0770`, `2775`;
 //!   the default `0777` lets pods of any user write, like an emptyDir). Applied by `chmod` at
 //!   once, to a published volume too.
-//! - `directIO` (block volumes only): `true` (the default) or `false`, whether the volume's
+//! - `directIO` (block and image volumes only): `true` (the default) or `false`, whether the volume's
 //!   loop devices bypass the page cache for their file (`LOOP_SET_DIRECT_IO`), switched on
 //!   the attached devices at once. `true` holds where the filesystem under the state
 //!   directory allows it (not tmpfs); elsewhere the devices stay buffered.
 //!
-//! The first two apply to filesystem volumes, the last to block volumes; a key that does not
-//! apply to the volume is refused.
+//! The first two apply to filesystem volumes (`inodeLimit` not to image volumes, whose inodes
+//! are their own filesystem's), the last to block and image volumes; a key that does not apply
+//! to the volume is refused.
 //!
 //! Only the keys given change anything (the CSI rule: absence of a key never modifies).
 

@@ -72,6 +72,7 @@ const GENERIC: &[(&str, Case)] = cases![
     a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
     node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
     an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean,
+    node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's

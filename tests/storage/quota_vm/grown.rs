@@ -89,3 +89,75 @@ pub fn an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean(kin
     }
     loopdev::detach(device, &image).expect("detach");
 }
+
+/// Through the real node-server: a 64 MiB image volume (the template's 16 MiB ext4 in a thick
+/// 64 MiB file) grown to its size at NodeStageVolume, writes held to that size by the
+/// filesystem itself, and clean by `e2fsck -fn` after unstage.
+pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(kind: FsKind) {
+    use super::served::{Served, runtime, stats};
+    use crate::common::csi_node::{create_request, delete_request};
+    let fs = TestFs::new(kind, Prep::Plain);
+    let served = Served::start(&fs, "state", &[]);
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        let pod = served.pod("img");
+        let request = csi_nodekit::proto::csi::CreateVolumeRequest {
+            parameters: [("layout".into(), "image".into())].into(),
+            ..create_request("pvc-image", (64 * MIB) as i64)
+        };
+        let created = Instant::now();
+        let volume = csi.controller.create_volume(request).await.expect("create");
+        let id = volume.into_inner().volume.expect("volume").volume_id;
+        let create_took = created.elapsed();
+        let image = served.volume_dir(&id).join("volume.img");
+        let held = std::fs::metadata(&image).unwrap().blocks() * 512;
+        assert!(held >= 64 * MIB, "thick: {held} bytes allocated");
+        let staged = Instant::now();
+        csi.stage_and_publish(&id, &pod.staging, &pod.target, false)
+            .await;
+        let stage_took = staged.elapsed();
+        let (bytes, inodes, _) = stats(&mut csi, &id, &pod.target).await;
+        assert!(
+            bytes.total as u64 > 55 * MIB && bytes.total as u64 <= 64 * MIB,
+            "grown to the size: {bytes:?}"
+        );
+        // 8,192 inodes per block group of 128 MiB: the template's one group.
+        assert_eq!(inodes.total, 8192, "one block group's inodes");
+        // A writer stops at the filesystem's end: the volume's size, by construction.
+        let mut file = File::create(pod.target.join("fill")).unwrap();
+        let chunk = vec![1u8; MIB as usize];
+        let mut written = 0u64;
+        let stopped = loop {
+            match std::io::Write::write_all(&mut file, &chunk) {
+                Ok(()) => written += MIB,
+                Err(e) => break e,
+            }
+            assert!(written <= 64 * MIB, "wrote past the size");
+        };
+        assert_eq!(stopped.raw_os_error(), Some(nix::libc::ENOSPC), "{stopped}");
+        drop(file);
+        csi.unpublish_and_unstage(&id, &pod.target, &pod.staging)
+            .await;
+        let (code, text) = fsck(&image);
+        assert_eq!(code, 0, "{text}");
+        let superblock = ext4_image::superblock(&File::open(&image).unwrap()).unwrap();
+        assert_eq!(superblock.bytes, 64 * MIB, "the filesystem's own size");
+        figure(
+            kind,
+            format_args!(
+                "an image volume of 64 MiB through node-server: CreateVolume {} ms (thick), \
+                 stage and publish {} ms (its ext4 grown from 16 MiB), {} bytes usable, {} \
+                 inodes; a writer stopped by ENOSPC after {} MiB; e2fsck -fn clean",
+                create_took.as_millis(),
+                stage_took.as_millis(),
+                bytes.total,
+                inodes.total,
+                written / MIB
+            ),
+        );
+        csi.controller
+            .delete_volume(delete_request(&id))
+            .await
+            .expect("delete");
+    });
+}

@@ -11,10 +11,16 @@ use crate::linux::loopdev::{LoopDevice, LoopError};
 use crate::linux::mount::fake::RecordingMounter;
 use crate::linux::quota;
 use crate::node_server::Config;
-use crate::node_server::driver::Seams;
+use crate::node_server::driver::{Kind, Seams};
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::owner::Owner;
 use crate::node_server::state::state_dir::StateDir;
+use crate::node_server::state::volumes::Layout;
+
+const BLOCK: Kind = Kind {
+    block: true,
+    layout: Layout::Directory,
+};
 
 struct Node {
     _dir: tempfile::TempDir,
@@ -45,7 +51,7 @@ fn new_node() -> Node {
 
 fn block_volume(node: &Node, attributes: Attributes) -> Record {
     (node.driver)
-        .create("pvc-1", 1 << 20, 0, None, attributes, true)
+        .create("pvc-1", 1 << 20, 0, None, attributes, BLOCK)
         .unwrap()
 }
 

@@ -62,9 +62,10 @@ impl Drop for Reservation<'_> {
 }
 
 /// The inodes a filesystem volume may still create: its inode limit less `used` (none known:
-/// all of it). A block volume is one file; a volume without a limit has nothing to keep.
+/// all of it). A block or image volume is one file; a volume without a limit has nothing to
+/// keep.
 fn inodes_promised_by(record: &Record, used: Option<u64>) -> u64 {
-    if record.block {
+    if record.has_own_file() {
         return 0;
     }
     let limit = capacity::inode_limit(record.attributes.inode_limit, record.capacity);
@@ -160,7 +161,7 @@ impl Ledger {
                 available,
             });
         }
-        if record.block {
+        if record.has_own_file() {
             return Ok(());
         }
         let Some(inodes) = capacity::inodes(&self.data_dir)
@@ -186,7 +187,9 @@ impl Ledger {
     pub(super) fn promised_inodes(&self, catalog: &Catalog, storage: &dyn VolumeStorage) -> u64 {
         let reserved = self.counts().reserved_inodes;
         let live: Vec<Record> = catalog.with_all(|records| {
-            let live = records.values().filter(|r| !r.deleting && !r.block);
+            let live = records
+                .values()
+                .filter(|r| !r.deleting && !r.has_own_file());
             live.cloned().collect()
         });
         live.iter().fold(reserved, |sum, r| {

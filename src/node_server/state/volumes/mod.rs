@@ -1,6 +1,8 @@
 //! The volumes this node owns, in the seams a second layout of volume needs:
 //!
 //! - [`volume_record`] — what is remembered of a volume ([`Record`]) and its JSON on disk;
+//!   [`layout`] — a filesystem volume's layout ([`Layout`]: a directory, or an image file
+//!   holding a filesystem of its own);
 //!   [`catalog`] — the records in memory, written by the store before they count, with their
 //!   [`mount_notes`] beside them; [`roles`] — which call each noted path belongs to.
 //! - [`claims`] — the per-key claims that refuse a second operation on a busy volume.
@@ -16,6 +18,7 @@
 
 pub mod catalog;
 pub mod claims;
+pub mod layout;
 pub mod ledger;
 mod lifecycle;
 pub mod mount_notes;
@@ -32,6 +35,7 @@ use crate::node_server::state::state_dir::StateDir;
 use crate::node_server::state::store;
 pub use catalog::Catalog;
 pub use claims::{Busy, Claim, Claims};
+pub use layout::Layout;
 pub use ledger::{Ledger, Sizing};
 pub use quota_directories::QuotaDirectories;
 pub use storage::VolumeStorage;

@@ -2,7 +2,8 @@
 //! directory's volume data, world-writable like an emptyDir, held to its size by a project
 //! quota where the filesystem enforces them ([`VolumeQuotas`]), accounted otherwise. A block
 //! volume is the same directory, private, holding its file of exactly its size, which needs no
-//! project.
+//! project; so is an image volume, whose file holds a filesystem of its own (its root, mode
+//! and group are that filesystem's, set by the driver where it is mounted).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -75,8 +76,8 @@ impl QuotaDirectories {
 
 impl VolumeStorage for QuotaDirectories {
     fn prepare(&self, record: &mut Record) -> Result<(), VolumeError> {
-        // A block volume's file cannot outgrow its size: it needs no project.
-        if !record.block {
+        // A block or image volume's file cannot outgrow its size: it needs no project.
+        if !record.has_own_file() {
             record.project_id = self.quotas.allocate()?;
         }
         let dir = self.dir(&record.id);
@@ -185,6 +186,10 @@ impl VolumeStorage for QuotaDirectories {
         let Some(mode) = record.attributes.root_mode else {
             return Ok(());
         };
+        // An image volume's root is its filesystem's, reached only where it is mounted.
+        if record.is_image() {
+            return Ok(());
+        }
         let dir = self.dir(&record.id);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
             .map_err(PathIoError::at("set the mode of", &dir))?;
@@ -192,6 +197,10 @@ impl VolumeStorage for QuotaDirectories {
     }
 
     fn set_group(&self, record: &Record, gid: u32) -> Result<(), VolumeError> {
+        // Never the private directory holding an image: its root is its filesystem's.
+        if record.is_image() {
+            return Ok(());
+        }
         let dir = self.dir(&record.id);
         std::os::unix::fs::lchown(&dir, None, Some(gid))
             .map_err(PathIoError::at("set the group of", &dir))?;

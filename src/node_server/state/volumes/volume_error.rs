@@ -34,6 +34,9 @@ pub enum VolumeError {
          does not apply to it"
     )]
     Ephemeral { id: String, call: &'static str },
+    /// A call the image layout does not offer yet.
+    #[error("volume {id} has layout image, for which {call} is not supported yet")]
+    NotForImages { id: String, call: &'static str },
     #[error("volume {id} is in use: mounted at {}", at.display())]
     InUse { id: String, at: PathBuf },
     /// Marked deleted, but its data could not all be removed; the error names what is left.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::layout::Layout;
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::store::Persisted;
 #[cfg(doc)]
@@ -51,6 +52,10 @@ pub struct Record {
         with = "access_type"
     )]
     pub block: bool,
+    /// A filesystem volume's layout: `image` for a file holding a filesystem of its own;
+    /// absent for a directory (and in records from before layouts).
+    #[serde(default, skip_serializing_if = "Layout::is_directory")]
+    pub layout: Layout,
     /// DeleteVolume began: written before any data is removed, so a crash or a file that
     /// cannot be removed leaves a volume that is not listed and whose deletion the next
     /// DeleteVolume or start-up finishes. Absent (`false`) otherwise.
@@ -71,6 +76,19 @@ pub struct Record {
     /// NodeUnpublishVolume removes only a mount point publish made. Kept as `staged_at` is.
     #[serde(default, skip_serializing)]
     pub targets: Vec<Target>,
+}
+
+impl Record {
+    /// Whether the volume's data is one file of exactly its size in its private directory (a
+    /// block volume's, or an image volume's holding its filesystem): it needs no project and
+    /// promises no inodes of the state directory's filesystem.
+    pub fn has_own_file(&self) -> bool {
+        self.block || self.layout == Layout::Image
+    }
+
+    pub fn is_image(&self) -> bool {
+        self.layout == Layout::Image
+    }
 }
 
 /// A target a volume was published at, and whether publish made the mount point (the
