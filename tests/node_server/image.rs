@@ -267,6 +267,71 @@ async fn a_restart_finds_the_staged_filesystem_with_its_files_and_it_stays_clean
     drop(child);
 }
 
+#[ignore = "needs root: real loop devices, ext4 and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staging_path_or_target_inside_an_image_volumes_filesystem_is_refused() {
+    let node = BlockNode::new(Kind::Ext4);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
+    let (child, mut csi) = spawn(sandbox.path(), &state).await;
+    let image_volume = (csi
+        .controller
+        .create_volume(image_create("pvc-host", 1, &[]))
+        .await)
+        .expect("create the image volume")
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let other = create(&mut csi, "pvc-guest", MIB as i64).await;
+    let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("t"));
+    csi.stage_and_publish(&image_volume, &staging, &target, false)
+        .await;
+    let other_staging = sandbox.dir("other-staging");
+    (csi.node
+        .node_stage_volume(stage_request(&other, &other_staging))
+        .await)
+        .expect("stage the other volume elsewhere");
+    // Paths inside the image volume's own ext4, as a pod (or a careless CO) could make them:
+    // through its staging mount and through its published target.
+    for inside in [&staging, &target] {
+        std::fs::create_dir_all(inside.join("sub/staging")).unwrap();
+        let stage = csi
+            .node
+            .node_stage_volume(stage_request(&other, &inside.join("sub/staging")))
+            .await;
+        assert_eq!(
+            code(stage),
+            Code::InvalidArgument,
+            "staging inside {}",
+            inside.display()
+        );
+        let publish = csi
+            .node
+            .node_publish_volume(publish_request(
+                &other,
+                &other_staging,
+                &inside.join("sub/target"),
+                false,
+            ))
+            .await;
+        assert_eq!(
+            code(publish),
+            Code::InvalidArgument,
+            "target inside {}",
+            inside.display()
+        );
+        assert!(!is_mounted(&inside.join("sub/staging")) && !inside.join("sub/target").exists());
+    }
+    (csi.node
+        .node_unstage_volume(unstage_request(&other, &other_staging))
+        .await)
+        .expect("unstage the other volume");
+    csi.unpublish_and_unstage(&image_volume, &target, &staging)
+        .await;
+    e2fsck(&image(&state, &image_volume));
+    drop(child);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_layout_parameter_is_checked_and_what_images_do_not_offer_yet_is_refused() {
     let sandbox = MountSandbox::new();

@@ -11,6 +11,7 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, SFlag, mknod};
 
+use super::LoopDevice;
 use super::loop_error::LoopError;
 use crate::path_io::PathIoError;
 
@@ -29,6 +30,23 @@ fn sysfs(n: u32) -> PathBuf {
 }
 
 /// `loopN`'s device number from sysfs, else the classic `7:N`.
+/// The loop device whose block device number is `dev`, if it is a loop device: sysfs names
+/// the device behind each number, and only loop devices have a `loop/` directory there.
+pub fn with_number((major, minor): (u32, u32)) -> Option<LoopDevice> {
+    let node = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    if !node.join("loop").is_dir() {
+        return None;
+    }
+    let name = std::fs::canonicalize(&node).ok()?;
+    let n = name
+        .file_name()?
+        .to_str()?
+        .strip_prefix("loop")?
+        .parse()
+        .ok()?;
+    Some(LoopDevice(n))
+}
+
 pub fn number(n: u32) -> (u32, u32) {
     std::fs::read_to_string(sysfs(n).join("dev"))
         .ok()

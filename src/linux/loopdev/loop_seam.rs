@@ -28,6 +28,9 @@ pub trait LoopDevices: Send + Sync + std::fmt::Debug {
     fn set_direct_io(&self, device: LoopDevice, file: &Path, on: bool) -> Result<bool, LoopError>;
     /// Flushes what the device acknowledged to its file.
     fn flush(&self, device: LoopDevice) -> Result<(), LoopError>;
+    /// The loop device with block device number `dev` (`major:minor`, as a mount shows its
+    /// filesystem's), if it is one and bound.
+    fn with_number(&self, dev: (u32, u32)) -> Result<Option<Status>, LoopError>;
 }
 
 /// The kernel's loop devices.
@@ -56,6 +59,12 @@ impl LoopDevices for KernelLoops {
     }
     fn flush(&self, device: LoopDevice) -> Result<(), LoopError> {
         super::flush(device)
+    }
+    fn with_number(&self, dev: (u32, u32)) -> Result<Option<Status>, LoopError> {
+        match super::device_node::with_number(dev) {
+            Some(device) => super::status(device),
+            None => Ok(None),
+        }
     }
 }
 
@@ -165,6 +174,11 @@ pub mod fake {
         fn flush(&self, device: LoopDevice) -> Result<(), LoopError> {
             self.record(format!("flush {device}"));
             Ok(())
+        }
+
+        fn with_number(&self, dev: (u32, u32)) -> Result<Option<Status>, LoopError> {
+            let attached = self.attached.lock().unwrap();
+            Ok((attached.iter()).find(|s| (7, s.device.0) == dev).cloned())
         }
     }
 }

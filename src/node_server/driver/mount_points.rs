@@ -64,7 +64,8 @@ impl Driver {
     }
 
     /// Refuses a mount point whose parent lies in a mount of one of our volumes (a staging or
-    /// target mount of any volume): making it would write into that volume's data. Asked of
+    /// target mount of any volume, or an image volume's own filesystem wherever it is
+    /// mounted): making it would write into that volume's data. Asked of
     /// the two mounts concerned (the parent's, the volume data's), not the whole table.
     pub(super) fn not_inside_a_volume(&self, field: Field, path: &Path) -> Result<(), NodeError> {
         let Some(parent) = path.parent() else {
@@ -78,7 +79,9 @@ impl Driver {
         let Some(mount) = self.mounter.containing(parent)? else {
             return Ok(());
         };
-        if mount.dev == data.dev && mount.root.starts_with(&data.path) {
+        let inside = (mount.dev == data.dev && mount.root.starts_with(&data.path))
+            || self.is_an_image_volumes(mount.dev, data.dev)?;
+        if inside {
             return Err(NodeError::InsideVolume {
                 field,
                 path: path.to_owned(),
@@ -86,6 +89,21 @@ impl Driver {
             });
         }
         Ok(())
+    }
+
+    /// Whether the filesystem with device number `dev` is an image volume's own: on a loop
+    /// device of ours backed by a file on the volume data's filesystem (`data_dev`).
+    fn is_an_image_volumes(
+        &self,
+        dev: (u32, u32),
+        data_dev: (u32, u32),
+    ) -> Result<bool, NodeError> {
+        let Some(status) = self.loops.with_number(dev)? else {
+            return Ok(false);
+        };
+        let data_dev = nix::libc::makedev(data_dev.0, data_dev.1);
+        Ok(status.file_name.starts_with(crate::linux::loopdev::TAG)
+            && status.backing.dev == data_dev)
     }
 
     /// Another staging path the volume is staged at still: recorded, and still mounted (a
