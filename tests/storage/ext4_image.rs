@@ -4,7 +4,7 @@
 //! grows them (`quota_vm::grown`).
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -49,15 +49,11 @@ fn mount_ext4(device: &Path, at: &Path) {
     .unwrap_or_else(|e| panic!("mount {} on {}: {e}", device.display(), at.display()));
 }
 
-#[ignore = "needs root: loop devices, mounts and e2fsck (e2fsprogs)"]
-#[test]
-fn an_image_from_the_template_checks_clean_mounts_keeps_files_and_takes_a_uuid_of_its_own() {
-    let host = ScratchFs::new(Kind::Xfs);
+/// The template written into an image on `host`, attached to a loop device (direct I/O):
+/// the devices' guard, the image and the device node.
+fn template_on_a_loop_device(host: &ScratchFs) -> (Devices, PathBuf, PathBuf) {
     let image = host.path().join("volume.img");
     ext4_image::write_template(&File::create_new(&image).unwrap()).unwrap();
-    let (code, text) = fsck(&image);
-    assert_eq!(code, 0, "the template as written:\n{text}");
-    assert!(text.contains("11/8192 files"), "{text}");
     let mut devices = Devices::default();
     let options = AttachOptions {
         read_only: false,
@@ -65,6 +61,17 @@ fn an_image_from_the_template_checks_clean_mounts_keeps_files_and_takes_a_uuid_o
         block_size: 0,
     };
     let device = devices.attach(&image, options).device.path();
+    (devices, image, device)
+}
+
+#[ignore = "needs root: loop devices, mounts and e2fsck (e2fsprogs)"]
+#[test]
+fn an_image_from_the_template_checks_clean_mounts_keeps_files_and_takes_a_uuid_of_its_own() {
+    let host = ScratchFs::new(Kind::Xfs);
+    let (_devices, image, device) = template_on_a_loop_device(&host);
+    let (code, text) = fsck(&image);
+    assert_eq!(code, 0, "the template as written:\n{text}");
+    assert!(text.contains("11/8192 files"), "{text}");
     let mnt = tempfile::tempdir().unwrap();
     mount_ext4(&device, mnt.path());
     let df = nix::sys::statvfs::statvfs(mnt.path()).unwrap();
@@ -97,15 +104,7 @@ fn an_image_from_the_template_checks_clean_mounts_keeps_files_and_takes_a_uuid_o
 #[test]
 fn a_frozen_image_filesystem_holds_its_writers_until_thawed() {
     let host = ScratchFs::new(Kind::Xfs);
-    let image = host.path().join("volume.img");
-    ext4_image::write_template(&File::create_new(&image).unwrap()).unwrap();
-    let mut devices = Devices::default();
-    let options = AttachOptions {
-        read_only: false,
-        direct_io: true,
-        block_size: 0,
-    };
-    let device = devices.attach(&image, options).device.path();
+    let (_devices, _image, device) = template_on_a_loop_device(&host);
     let mnt = tempfile::tempdir().unwrap();
     mount_ext4(&device, mnt.path());
     let root = File::open(mnt.path()).unwrap();

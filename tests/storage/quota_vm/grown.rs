@@ -5,8 +5,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use csi_nodekit::linux::ext4_image::{self, BLOCK_BYTES};
@@ -16,19 +14,9 @@ use nix::mount::{MsFlags, mount, umount};
 
 use super::cases::{MIB, figure};
 use super::fixtures::{Prep, TestFs};
+use crate::storage::ext4_image::fsck;
 
 const GIB: u64 = 1 << 30;
-
-fn fsck(device: &Path) -> (i32, String) {
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(device)
-        .output()
-        .expect("run e2fsck");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
 
 pub fn an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Plain);
