@@ -16,9 +16,9 @@
 #
 # Made with e2fsprogs 1.47.0 (Debian 12). The output is data mke2fs wrote, not e2fsprogs code.
 #
-# The encoding: "NKX4", u32 version 1, u64 image bytes, u32 block size, then per non-zero
-# block: u32 block index, u32 length (the block with its trailing zeros cut), the bytes; all
-# little-endian.
+# The encoding: "NKX4", u32 version 2, u64 image bytes, u32 block size, then each run of
+# non-zero bytes (runs closer than 16 zero bytes joined): u64 offset, u32 length, the bytes;
+# all little-endian. The 16 MiB hold 7,196 non-zero bytes in 43 runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-src/linux/ext4_image/template.bin}
@@ -30,14 +30,11 @@ E2FSPROGS_FAKE_TIME=1767225600 mke2fs -q -F -t ext4 -b 4096 -N 8192 -m 0 \
   -E hash_seed=6e6f6465-6b69-7400-0000-000000000002,lazy_itable_init=1,lazy_journal_init=1 \
   "$scratch/template.img" 16M >/dev/null
 python3 - "$scratch/template.img" "$out" <<'PY'
-import struct, sys
+import re, struct, sys
 image = open(sys.argv[1], "rb").read()
-block = 4096
-out = [b"NKX4", struct.pack("<IQI", 1, len(image), block)]
-for index in range(len(image) // block):
-    data = image[index * block:(index + 1) * block].rstrip(b"\0")
-    if data:
-        out.append(struct.pack("<II", index, len(data)) + data)
+out = [b"NKX4", struct.pack("<IQI", 2, len(image), 4096)]
+for run in re.finditer(rb"[^\x00](?:[^\x00]|\x00{1,15}(?=[^\x00]))*", image):
+    out.append(struct.pack("<QI", run.start(), len(run.group())) + run.group())
 open(sys.argv[2], "wb").write(b"".join(out))
 PY
 echo "wrote $out ($(stat -c %s "$out") bytes)"

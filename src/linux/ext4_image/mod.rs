@@ -24,30 +24,31 @@ pub const TEMPLATE_BYTES: u64 = 16 << 20;
 /// The filesystem's block size: sizes are whole blocks.
 pub const BLOCK_BYTES: u64 = 4096;
 
-/// One non-zero block of the template: where it goes and its bytes (trailing zeros cut).
-struct Block<'a> {
+/// One run of the template's non-zero bytes: where it goes and the bytes.
+struct Run<'a> {
     offset: u64,
     bytes: &'a [u8],
 }
 
-/// The template's blocks, read from its encoding; a malformed template is a build defect
-/// (the unit tests read it).
-fn blocks() -> impl Iterator<Item = Block<'static>> {
+/// The template's runs, read from its encoding (version 2: runs, not blocks); a malformed
+/// template is a build defect, which the unit tests would meet first.
+fn runs() -> impl Iterator<Item = Run<'static>> {
     let header = 4 + 4 + 8 + 4;
-    assert_eq!(&TEMPLATE[..4], b"NKX4", "template magic");
+    assert_eq!(
+        &TEMPLATE[..8],
+        b"NKX4\x02\0\0\0",
+        "template magic and version"
+    );
     let mut rest = &TEMPLATE[header..];
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        let word = |at: usize| u32::from_le_bytes(rest[at..at + 4].try_into().unwrap());
-        let (index, len) = (word(0), word(4) as usize);
-        let bytes = &rest[8..8 + len];
-        rest = &rest[8 + len..];
-        Some(Block {
-            offset: u64::from(index) * BLOCK_BYTES,
-            bytes,
-        })
+        let offset = u64::from_le_bytes(rest[..8].try_into().unwrap());
+        let len = u32::from_le_bytes(rest[8..12].try_into().unwrap()) as usize;
+        let bytes = &rest[12..12 + len];
+        rest = &rest[12 + len..];
+        Some(Run { offset, bytes })
     })
 }
 
@@ -55,8 +56,8 @@ fn blocks() -> impl Iterator<Item = Block<'static>> {
 /// [`TEMPLATE_BYTES`]; the blocks between stay holes.
 pub fn write_template(image: &File) -> std::io::Result<()> {
     image.set_len(TEMPLATE_BYTES)?;
-    for block in blocks() {
-        image.write_all_at(block.bytes, block.offset)?;
+    for run in runs() {
+        image.write_all_at(run.bytes, run.offset)?;
     }
     Ok(())
 }
