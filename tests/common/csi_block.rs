@@ -130,6 +130,20 @@ pub fn devices(state: &Path, id: &str) -> (Vec<LoopDevice>, Vec<LoopDevice>) {
     )
 }
 
+/// The one read-write device of ours on volume `id`'s file, however often it was staged,
+/// with direct I/O (the tests' state directories are on filesystems that allow it).
+pub fn the_one_direct_io_device(state: &Path, id: &str) -> LoopDevice {
+    let (rw, ro) = devices(state, id);
+    assert_eq!(
+        (rw.len(), ro.len()),
+        (1, 0),
+        "one device, however often staged"
+    );
+    let status = loopdev::status(rw[0]).unwrap().unwrap();
+    assert!(status.direct_io, "direct I/O: {status:?}");
+    rw[0]
+}
+
 /// Whether `device` is no longer bound to volume `id`'s image: unbound, or (the tests run in
 /// parallel and the kernel hands a freed number to the next attach) bound to another file.
 pub fn let_go(device: LoopDevice, state: &Path, id: &str) -> bool {

@@ -32,6 +32,18 @@ pub struct ScratchFs {
 }
 
 /// Runs a command, panicking with its output if it fails.
+/// `e2fsck -fn` (forced, read-only) of an ext4 device or image: its exit code and output.
+pub fn fsck(device_or_image: &Path) -> (i32, String) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(device_or_image)
+        .output()
+        .expect("run e2fsck (e2fsprogs)");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
 pub fn run(program: &str, args: &[&str]) {
     let out = Command::new(program)
         .args(args)

@@ -65,17 +65,10 @@ async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_
     for _ in 0..2 {
         csi.attach_block(&id, &staging, &target, false).await;
     }
-    let (rw, ro) = devices(&state, &id);
-    assert_eq!(
-        (rw.len(), ro.len()),
-        (1, 0),
-        "one device, however often staged"
-    );
-    let status = loopdev::status(rw[0]).unwrap().unwrap();
-    assert!(status.direct_io, "direct I/O on ext4: {status:?}");
+    let device = the_one_direct_io_device(&state, &id);
     assert_eq!(
         rdev(&target),
-        rw[0].rdev(),
+        device.rdev(),
         "the target is the staged device"
     );
     assert_eq!(mounts_at(&target), 1, "published once, however often asked");
@@ -99,13 +92,13 @@ async fn a_block_volume_is_a_sparse_file_on_a_loop_device_published_as_a_device_
             .expect("unpublish");
     }
     assert!(!target.exists(), "the target file publish made is gone");
-    assert_eq!(devices(&state, &id).0, rw, "still staged");
+    assert_eq!(devices(&state, &id).0, vec![device], "still staged");
     for _ in 0..2 {
         let unstaged = csi.node.node_unstage_volume(unstage_request(&id, &staging));
         unstaged.await.expect("unstage");
     }
     assert_eq!(devices(&state, &id), (vec![], vec![]), "detached");
-    assert!(let_go(rw[0], &state, &id), "the device was detached");
+    assert!(let_go(device, &state, &id), "the device was detached");
     csi.controller
         .delete_volume(delete_request(&id))
         .await

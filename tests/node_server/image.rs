@@ -12,7 +12,7 @@ use crate::common;
 use crate::common::csi_block::*;
 use crate::common::csi_node::*;
 use crate::common::scratch_fs::Kind;
-use csi_nodekit::linux::{ext4_image, loopdev};
+use csi_nodekit::linux::ext4_image;
 use csi_nodekit::proto::csi::volume_capability::AccessType;
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 use csi_nodekit::proto::csi::*;
@@ -52,20 +52,10 @@ async fn spawn(dir: &Path, state: &Path) -> (common::KillOnDrop, Csi) {
 
 /// `e2fsck -fn` of an image: exit 0 and its summary line.
 fn e2fsck(image: &Path) -> String {
-    let out = std::process::Command::new("e2fsck")
-        .args(["-fn"])
-        .arg(image)
-        .output()
-        .expect("run e2fsck (e2fsprogs)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {}: {:?}\n{text}{}",
-        image.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text.lines().last().unwrap_or_default().to_owned()
+    let (code, text) = common::scratch_fs::fsck(image);
+    assert_eq!(code, 0, "e2fsck -fn {}:\n{text}", image.display());
+    let summary = text.lines().find(|l| l.contains(" files ("));
+    summary.unwrap_or_default().to_owned()
 }
 
 #[ignore = "needs root: real loop devices, ext4 and bind mounts in a private mount namespace (the README's test command)"]
@@ -112,18 +102,11 @@ async fn an_image_volume_is_a_thick_ext4_of_its_own_mounted_at_stage_and_clean_a
         .node_stage_volume(stage)
         .await
         .expect("stage again");
-    let (rw, ro) = devices(&state, &id);
-    assert_eq!(
-        (rw.len(), ro.len()),
-        (1, 0),
-        "one device, however often staged"
-    );
-    let status = loopdev::status(rw[0]).unwrap().unwrap();
-    assert!(status.direct_io, "direct I/O on ext4: {status:?}");
+    let device = the_one_direct_io_device(&state, &id);
     let fs = nix::sys::statfs::statfs(&staging).unwrap();
     assert_eq!(fs.filesystem_type(), nix::sys::statfs::EXT4_SUPER_MAGIC);
     let root = std::fs::metadata(&staging).unwrap();
-    assert_eq!(root.dev(), rw[0].rdev(), "the device's filesystem");
+    assert_eq!(root.dev(), device.rdev(), "the device's filesystem");
     assert_eq!(root.gid(), 1234, "fsGroup at the root");
     assert_eq!(
         root.mode() & 0o7777,

@@ -13,19 +13,7 @@ use csi_nodekit::linux::loopdev::AttachOptions;
 use nix::mount::{MsFlags, mount, umount};
 
 use super::loop_devices::Devices;
-use crate::common::scratch_fs::{Kind, ScratchFs};
-
-/// `e2fsck -fn`: forced, read-only; its exit code and output.
-pub fn fsck(device_or_image: &Path) -> (i32, String) {
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(device_or_image)
-        .output()
-        .expect("run e2fsck (e2fsprogs)");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
+use crate::common::scratch_fs::{Kind, ScratchFs, fsck};
 
 /// The superblock's UUID (`s_uuid`, 16 bytes at 0x68 of the superblock at byte 1024).
 fn uuid_of(image: &Path) -> [u8; 16] {

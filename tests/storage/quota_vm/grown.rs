@@ -14,7 +14,7 @@ use nix::mount::{MsFlags, mount, umount};
 
 use super::cases::{MIB, figure};
 use super::fixtures::{Prep, TestFs};
-use crate::storage::ext4_image::fsck;
+use crate::common::scratch_fs::fsck;
 
 const GIB: u64 = 1 << 30;
 
