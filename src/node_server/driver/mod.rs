@@ -160,9 +160,30 @@ impl Driver {
     }
 
     /// Starts removing what interrupted operations left (set aside at open) on a background
-    /// thread; run once the socket serves. `None` when there was nothing.
-    pub fn remove_orphans_in_background(&self) -> Option<std::thread::JoinHandle<()>> {
-        self.orphans.remove_in_background()
+    /// thread, then ends the deletions whose data that was; run once the socket serves.
+    /// `None` when there was nothing.
+    pub fn remove_orphans_in_background(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        let driver = Arc::clone(self);
+        (self.orphans).remove_in_background(move || driver.finish_deletes_after_removal())
+    }
+
+    /// Ends each deletion still marked now that the orphans are gone (their files charged the
+    /// volume's project until then). One whose claim is taken is a DeleteVolume in flight,
+    /// which ends it itself.
+    fn finish_deletes_after_removal(&self) {
+        let marked = self.volumes.records().marked_deleted();
+        if marked.is_empty() {
+            return;
+        }
+        let table = match self.mounter.mount_table() {
+            Ok(table) => table,
+            Err(e) => return log::error!("interrupted deletions left for DeleteVolume: {e}"),
+        };
+        for id in marked {
+            if let Ok(_claim) = self.claims.claim(&id) {
+                self.volumes.finish_delete_after_removal(&id, &table);
+            }
+        }
     }
 
     /// Claims `key` (a volume ID, `name/<name>`, a snapshot's or group's key), then runs

@@ -86,9 +86,13 @@ impl Orphans {
     }
 
     /// Removes every orphan found so far on a thread of its own, at idle I/O priority and nice
-    /// 19; `None` when there is nothing to remove. Each one is logged when it is gone; one that
-    /// cannot be removed (a mount inside it) is logged and left for the next start-up.
-    pub fn remove_in_background(&self) -> Option<std::thread::JoinHandle<()>> {
+    /// 19, then runs `then` there; `None` when there is nothing to remove. Each one is logged
+    /// when it is gone; one that cannot be removed (a mount inside it) is logged and left for
+    /// the next start-up.
+    pub fn remove_in_background(
+        &self,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Option<std::thread::JoinHandle<()>> {
         let found = std::mem::take(&mut *crate::mutex::lock(&self.found));
         if found.is_empty() {
             return None;
@@ -96,7 +100,10 @@ impl Orphans {
         log::info!("removing {} orphan(s) in the background", found.len());
         let spawned = std::thread::Builder::new()
             .name("orphans".into())
-            .spawn(move || remove_all(found));
+            .spawn(move || {
+                remove_all(found);
+                then();
+            });
         match spawned {
             Ok(handle) => Some(handle),
             Err(e) => {
@@ -146,9 +153,12 @@ mod tests {
         assert_eq!(names.len(), 1);
         assert!(state_dir::is_orphan(&names[0]), "{names:?}");
         assert_eq!(orphans.len(), 1);
-        orphans.remove_in_background().unwrap().join().unwrap();
+        orphans.remove_in_background(|| ()).unwrap().join().unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-        assert!(orphans.remove_in_background().is_none(), "nothing left");
+        assert!(
+            orphans.remove_in_background(|| ()).is_none(),
+            "nothing left"
+        );
     }
 
     #[test]
@@ -159,7 +169,7 @@ mod tests {
         let orphans = Orphans::new();
         orphans.resume(dir.path()).unwrap();
         assert_eq!(orphans.len(), 1);
-        orphans.remove_in_background().unwrap().join().unwrap();
+        orphans.remove_in_background(|| ()).unwrap().join().unwrap();
         assert!(dir.path().join("vol-kept").exists());
         assert!(!dir.path().join(state_dir::orphan_name("old")).exists());
     }

@@ -70,6 +70,7 @@ const GENERIC: &[(&str, Case)] = cases![
     a_flood_of_symlinks_and_fifos_in_an_escaped_directory_is_fenced_and_stopped,
     a_large_volume_does_not_hold_back_a_neighbours_check,
     a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
+    a_deletion_cut_short_ends_once_its_set_aside_data_is_removed,
     node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
     an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean,
     node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds,

@@ -1,6 +1,7 @@
 //! Inside the VM: a quota'd volume's limit never silently left behind — an expansion while
 //! sizes are not enforced is refused, and applied once they are; a deleted volume whose
-//! project is still charged elsewhere keeps a one-block limit on it until that is gone.
+//! project is still charged elsewhere keeps a one-block limit on it until that is gone; one a
+//! crash cut short keeps its project until its set-aside data is removed.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -240,5 +241,69 @@ pub fn a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_pl
         let mut csi = served.client().await;
         remove(&mut csi, &b, &neighbour).await;
     });
+    assert_eq!(served.stop(), 0);
+}
+
+/// A deletion that a crash cut short after its mark, its data still there: the next start
+/// sets the data aside before serving, keeps the volume's project (its ID not reused) while
+/// the set-aside files still charge it, and releases the project and the record once they
+/// are removed in the background, never calling its own files "elsewhere".
+pub fn a_deletion_cut_short_ends_once_its_set_aside_data_is_removed(kind: FsKind) {
+    let fs = TestFs::new(kind, Prep::Prepared);
+    let q = open(&fs);
+    let rt = runtime();
+    let mut served = Served::start(&fs, "state", &["--quota=on"]);
+    let pod = served.pod("a");
+    let id = rt.block_on(async {
+        let mut csi = served.client().await;
+        let id = create_and_publish(&mut csi, "pvc-cut", 16 * MIB, &pod).await;
+        // Written by root, charged to the project all the same (4 MiB of its 16).
+        for i in 0..256 {
+            std::fs::write(pod.target.join(format!("f{i}")), [7u8; 16 << 10]).unwrap();
+        }
+        csi.unpublish_and_unstage(&id, &pod.target, &pod.staging)
+            .await;
+        id
+    });
+    let p = served.recorded_project(&id).expect("project");
+    assert_eq!(served.stop(), 0);
+    // The mark, as a crash just after it leaves it.
+    let record = served.state.join("meta").join(format!("{id}.json"));
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    json["deleting"] = serde_json::Value::Bool(true);
+    std::fs::write(&record, serde_json::to_vec(&json).unwrap()).unwrap();
+    let charged = q.usage(p).unwrap();
+    assert!(charged.inodes > 256, "{charged:?}");
+
+    let started = Instant::now();
+    served.restart();
+    assert!(!served.volume_dir(&id).exists(), "set aside before serving");
+    let listed = rt.block_on(async {
+        let mut csi = served.client().await;
+        csi.list().await
+    });
+    assert!(listed.iter().all(|v| v.volume_id != id), "{listed:?}");
+    let finished = format!("finished deleting volume {id}");
+    let ended = crate::common::wait_until_blocking(std::time::Duration::from_secs(60), || {
+        !record.exists() && record_gone(&q, p) && served.logs().contains(&finished)
+    });
+    let took = started.elapsed();
+    let logs = served.logs();
+    assert!(ended, "record or project {p} kept, or not said:\n{logs}");
+    assert!(
+        !logs.contains("still charged"),
+        "its own files called elsewhere:\n{logs}"
+    );
+    figure(
+        kind,
+        format_args!(
+            "a deletion cut short ({} inodes, {} bytes left): ended {:.0} ms after the restart, \
+             its project released once the set-aside data was removed",
+            charged.inodes,
+            charged.bytes,
+            took.as_secs_f64() * 1e3
+        ),
+    );
     assert_eq!(served.stop(), 0);
 }

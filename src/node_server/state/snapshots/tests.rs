@@ -132,7 +132,7 @@ fn start_up_sets_aside_partial_copies_unrecorded_data_and_members_of_unfinished_
         "only orphan names besides it, at once"
     );
     assert_eq!(orphans.len(), 4);
-    orphans.remove_in_background().unwrap().join().unwrap();
+    orphans.remove_in_background(|| ()).unwrap().join().unwrap();
     assert_eq!(left(), ["snap-good"]);
     for id in ["snap-m1", "snap-m2"] {
         assert!(!snapshots.store.has_file(id), "{id}'s record is gone too");

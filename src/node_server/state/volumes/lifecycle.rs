@@ -123,6 +123,17 @@ impl Volumes {
     /// be removed leaves a marked record (not listed, not found by name or ID), which the
     /// next DeleteVolume or start-up ([`Self::finish_deletes`]) finishes.
     pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), VolumeError> {
+        self.delete_settling(id, table, false)
+    }
+
+    /// [`Self::delete`], told whether its data was just removed by someone else (the orphan
+    /// removal), so what is still charged may be settling.
+    fn delete_settling(
+        &self,
+        id: &str,
+        table: &MountTable,
+        removed_elsewhere: bool,
+    ) -> Result<(), VolumeError> {
         let storage = self.storage_of_id(id);
         if let Some(at) = storage.user(id, table)? {
             return Err(VolumeError::InUse {
@@ -140,7 +151,7 @@ impl Volumes {
         // with files elsewhere, which keeps its ID, and so the record, until they are gone.
         if let Some(mut record) = self.catalog.get(id) {
             // Only data just removed may still be settling.
-            let wait = match removed {
+            let wait = match removed || removed_elsewhere {
                 true => project_quotas::SETTLE,
                 false => Duration::ZERO,
             };
@@ -164,17 +175,35 @@ impl Volumes {
 
     /// Finishes the deletions a crash or a file that could not be removed interrupted: run at
     /// start-up, before anything is served. What is left of the data, if nothing is mounted
-    /// on or from it, is set aside for `orphans` to remove in the background (one rename),
-    /// and the record goes at once; what holds its size stays taken while files still charge
-    /// it. One that still cannot finish is logged and left to the next DeleteVolume.
+    /// on or from it, is set aside for `orphans` to remove in the background (one rename).
+    /// A volume with a project quota keeps its marked record until then, as those files
+    /// still charge the project (its ID must not be reused), and
+    /// [`Self::finish_delete_after_removal`] ends it; any other ends at once. One that still
+    /// cannot finish is logged and left to the next DeleteVolume.
     pub fn finish_deletes(&self, table: &MountTable, orphans: &Orphans) {
         for id in self.catalog.marked_deleted() {
-            self.storage_of_id(&id).set_aside(&id, table, orphans);
-            match self.delete(&id, table) {
-                Ok(()) if self.catalog.get(&id).is_some() => {}
-                Ok(()) => log::info!("finished deleting volume {id}"),
-                Err(e) => log::error!("could not finish deleting volume {id}: {e}"),
+            let set_aside = self.storage_of_id(&id).set_aside(&id, table, orphans);
+            let charged = (self.catalog.get(&id)).is_some_and(|r| r.project_id.is_some());
+            if set_aside && charged {
+                continue;
             }
+            self.finish_delete(&id, table, false);
+        }
+    }
+
+    /// Ends the marked deletion of `id` once the orphan removal took its data away: what
+    /// holds its size is released (the removed files' charge given time to settle) and its
+    /// record goes, unless files elsewhere still charge it. The caller holds the claim on
+    /// `id`.
+    pub fn finish_delete_after_removal(&self, id: &str, table: &MountTable) {
+        self.finish_delete(id, table, true);
+    }
+
+    fn finish_delete(&self, id: &str, table: &MountTable, removed_elsewhere: bool) {
+        match self.delete_settling(id, table, removed_elsewhere) {
+            Ok(()) if self.catalog.get(id).is_some() => {}
+            Ok(()) => log::info!("finished deleting volume {id}"),
+            Err(e) => log::error!("could not finish deleting volume {id}: {e}"),
         }
     }
 

@@ -131,13 +131,18 @@ impl VolumeStorage for QuotaDirectories {
         Ok(self.quotas.release(record, wait)?)
     }
 
-    fn set_aside(&self, id: &str, table: &MountTable, orphans: &Orphans) {
+    fn set_aside(&self, id: &str, table: &MountTable, orphans: &Orphans) -> bool {
         let dir = self.dir(id);
         let unused = dir.exists() && matches!(table.first_user(&dir), Ok(None));
-        if unused
-            && let Err(e) = orphans.set_aside(self.state.volume_data(), std::ffi::OsStr::new(id))
-        {
-            log::error!("could not set aside what is left of volume {id}: {e}");
+        if !unused {
+            return false;
+        }
+        match orphans.set_aside(self.state.volume_data(), std::ffi::OsStr::new(id)) {
+            Ok(()) => true,
+            Err(e) => {
+                log::error!("could not set aside what is left of volume {id}: {e}");
+                false
+            }
         }
     }
 

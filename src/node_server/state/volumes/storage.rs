@@ -48,8 +48,8 @@ pub trait VolumeStorage: fmt::Debug + Send + Sync {
     fn release(&self, record: &Record, wait: Duration) -> Result<Released, VolumeError>;
 
     /// Sets what is left of a deleted volume's data aside for `orphans` to remove in the
-    /// background (one rename), unless something is mounted on or from it.
-    fn set_aside(&self, id: &str, table: &MountTable, orphans: &Orphans);
+    /// background (one rename), unless something is mounted on or from it; whether it did.
+    fn set_aside(&self, id: &str, table: &MountTable, orphans: &Orphans) -> bool;
 
     /// At start-up: sets aside volume data that `recorded` says has no record (a create a
     /// crash interrupted before its record, which nobody was ever told about).

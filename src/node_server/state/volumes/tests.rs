@@ -261,7 +261,7 @@ fn directories_whose_create_never_reached_a_record_are_set_aside_at_start_up_the
         "its name is free before anything is served"
     );
     assert_eq!(orphans.len(), 1);
-    orphans.remove_in_background().unwrap().join().unwrap();
+    orphans.remove_in_background(|| ()).unwrap().join().unwrap();
     let names: Vec<_> = (std::fs::read_dir(state.volume_data()).unwrap())
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
@@ -327,6 +327,49 @@ fn a_deleted_volume_whose_project_is_charged_elsewhere_keeps_it_until_a_later_st
     charge(&fake, project, 0, 0);
     let volumes = enforced(&dir, Some(10 << 20), &fake);
     volumes.finish_deletes(&table, &Orphans::new());
+    assert!(volumes.records().get("v1").is_none(), "its record is gone");
+    assert_eq!(fake.calls().last(), Some(&Call::Release(None, project)));
+}
+
+#[test]
+fn an_interrupted_deletes_data_is_set_aside_at_start_up_and_its_record_ends_after_the_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = RecordingQuotas::default();
+    let volumes = enforced(&dir, Some(10 << 20), &fake);
+    let created = volumes.create(record("v1", 8 << 20)).unwrap();
+    let project = created.project_id.expect("a project");
+    std::fs::write(volumes.path_of("v1").join("data"), b"written").unwrap();
+    // The crash came after the mark, before the data went.
+    let marked = Record {
+        deleting: true,
+        ..created
+    };
+    volumes.records().save(marked).unwrap();
+    drop(volumes);
+
+    let volumes = enforced(&dir, Some(10 << 20), &fake);
+    let table = RecordingMounter::with_root().mount_table().unwrap();
+    let orphans = Orphans::new();
+    // Its files charge the project until the orphan removal is done.
+    charge(&fake, project, 1 << 20, 2);
+    volumes.finish_deletes(&table, &orphans);
+    assert!(!volumes.path_of("v1").exists(), "set aside before serving");
+    assert_eq!(orphans.len(), 1);
+    let kept = volumes.records().get("v1").expect("kept until the removal");
+    assert!(kept.deleting && !kept.leftover, "{kept:?}");
+    assert!(volumes.records().known("v1").is_err(), "deleted for the CO");
+    assert!(
+        !fake
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Release(..) | Call::SetLimits(..))),
+        "nothing released nor kept while its own files remain: {:?}",
+        fake.calls()
+    );
+
+    orphans.remove_in_background(|| ()).unwrap().join().unwrap();
+    charge(&fake, project, 0, 0);
+    volumes.finish_delete_after_removal("v1", &table);
     assert!(volumes.records().get("v1").is_none(), "its record is gone");
     assert_eq!(fake.calls().last(), Some(&Call::Release(None, project)));
 }
