@@ -96,6 +96,11 @@ impl Seams {
     }
 }
 
+/// How often, and how far apart, ending a deletion after the orphan removal tries for its
+/// volume's claim: 10 s in all.
+const CLAIM_TRIES: u32 = 200;
+const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Why the plugin could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -168,8 +173,8 @@ impl Driver {
     }
 
     /// Ends each deletion still marked now that the orphans are gone (their files charged the
-    /// volume's project until then). One whose claim is taken is a DeleteVolume in flight,
-    /// which ends it itself.
+    /// volume's project until then), under the volume's claim: a call holding it meanwhile
+    /// (a DeleteVolume answered at once while the removal ran) is waited for.
     fn finish_deletes_after_removal(&self) {
         let marked = self.volumes.records().marked_deleted();
         if marked.is_empty() {
@@ -180,9 +185,19 @@ impl Driver {
             Err(e) => return log::error!("interrupted deletions left for DeleteVolume: {e}"),
         };
         for id in marked {
-            if let Ok(_claim) = self.claims.claim(&id) {
-                self.volumes.finish_delete_after_removal(&id, &table);
+            let claim = (0..CLAIM_TRIES).find_map(|try_| {
+                if try_ > 0 {
+                    std::thread::sleep(CLAIM_PAUSE);
+                }
+                self.claims.claim(&id).ok()
+            });
+            if claim.is_none() {
+                log::warn!(
+                    "volume {id}'s deletion is left to the next DeleteVolume: a call holds it"
+                );
             }
+            self.volumes
+                .finish_delete_after_removal(&id, &table, claim.is_some());
         }
     }
 

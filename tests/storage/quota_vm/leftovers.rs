@@ -246,8 +246,9 @@ pub fn a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_pl
 
 /// A deletion that a crash cut short after its mark, its data still there: the next start
 /// sets the data aside before serving, keeps the volume's project (its ID not reused) while
-/// the set-aside files still charge it, and releases the project and the record once they
-/// are removed in the background, never calling its own files "elsewhere".
+/// the set-aside files still charge it (the CO's retried DeleteVolume answered at once), and
+/// releases the project and the record once they are removed in the background, never
+/// calling its own files "elsewhere".
 pub fn a_deletion_cut_short_ends_once_its_set_aside_data_is_removed(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
@@ -281,7 +282,12 @@ pub fn a_deletion_cut_short_ends_once_its_set_aside_data_is_removed(kind: FsKind
     assert!(!served.volume_dir(&id).exists(), "set aside before serving");
     let listed = rt.block_on(async {
         let mut csi = served.client().await;
-        csi.list().await
+        let listed = csi.list().await;
+        // The CO's retry of the DeleteVolume the crash cut short, likely while the removal
+        // runs: answered OK at once.
+        let retry = csi.controller.delete_volume(csi_node::delete_request(&id));
+        retry.await.expect("the retried DeleteVolume");
+        listed
     });
     assert!(listed.iter().all(|v| v.volume_id != id), "{listed:?}");
     let finished = format!("finished deleting volume {id}");

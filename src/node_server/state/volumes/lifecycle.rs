@@ -123,6 +123,10 @@ impl Volumes {
     /// be removed leaves a marked record (not listed, not found by name or ID), which the
     /// next DeleteVolume or start-up ([`Self::finish_deletes`]) finishes.
     pub fn delete(&self, id: &str, table: &MountTable) -> Result<(), VolumeError> {
+        // Its data is being removed in the background, which ends the deletion.
+        if crate::mutex::lock(&self.awaiting_removal).contains(id) {
+            return Ok(());
+        }
         self.delete_settling(id, table, false)
     }
 
@@ -185,6 +189,7 @@ impl Volumes {
             let set_aside = self.storage_of_id(&id).set_aside(&id, table, orphans);
             let charged = (self.catalog.get(&id)).is_some_and(|r| r.project_id.is_some());
             if set_aside && charged {
+                crate::mutex::lock(&self.awaiting_removal).insert(id);
                 continue;
             }
             self.finish_delete(&id, table, false);
@@ -193,10 +198,14 @@ impl Volumes {
 
     /// Ends the marked deletion of `id` once the orphan removal took its data away: what
     /// holds its size is released (the removed files' charge given time to settle) and its
-    /// record goes, unless files elsewhere still charge it. The caller holds the claim on
-    /// `id`.
-    pub fn finish_delete_after_removal(&self, id: &str, table: &MountTable) {
-        self.finish_delete(id, table, true);
+    /// record goes, unless files elsewhere still charge it. Until then a DeleteVolume of it
+    /// answers at once, leaving the deletion to this; `claimed` says whether the caller
+    /// holds the claim on `id` (without it, the deletion is left to the next DeleteVolume).
+    pub fn finish_delete_after_removal(&self, id: &str, table: &MountTable, claimed: bool) {
+        crate::mutex::lock(&self.awaiting_removal).remove(id);
+        if claimed && self.catalog.get(id).is_some_and(|r| r.deleting) {
+            self.finish_delete(id, table, true);
+        }
     }
 
     fn finish_delete(&self, id: &str, table: &MountTable, removed_elsewhere: bool) {

@@ -48,6 +48,9 @@ pub struct Volumes {
     catalog: Catalog,
     ledger: Ledger,
     directories: QuotaDirectories,
+    /// Deletions whose data start-up set aside, still charging their projects until the
+    /// background removal is done ([`Self::finish_delete_after_removal`]).
+    awaiting_removal: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Volumes {
@@ -71,6 +74,7 @@ impl Volumes {
             catalog,
             ledger: Ledger::new(sizing, state.volume_data()),
             directories,
+            awaiting_removal: Default::default(),
         })
     }
 
