@@ -68,6 +68,12 @@ pub fn write_template(image: &File) -> std::io::Result<()> {
 /// sparse image's writes would then fail under its filesystem as I/O errors).
 pub fn write_thick(image: &File, bytes: u64) -> std::io::Result<()> {
     write_template(image)?;
+    allocate(image, bytes)
+}
+
+/// Allocates every hole of `image` up to `bytes`, growing it to that size if smaller; blocks
+/// a reflink shares with another file stay shared.
+pub fn allocate(image: &File, bytes: u64) -> std::io::Result<()> {
     let len = i64::try_from(bytes).map_err(|_| std::io::ErrorKind::InvalidInput)?;
     nix::fcntl::fallocate(image, nix::fcntl::FallocateFlags::empty(), 0, len)?;
     Ok(())

@@ -19,13 +19,14 @@ use std::path::{Path, PathBuf};
 
 use super::Driver;
 use super::controller_error::ControllerError;
+use super::image_copies::Frozen;
 use crate::linux::copy::{self, Options, SkipReason, TreeUsage};
 use crate::linux::loopdev;
 use crate::linux::privilege;
 use crate::node_server::state::sources::{Reading, snapshot_key, volume_key};
 use crate::node_server::state::state_dir::block_image_in;
 use crate::node_server::state::volumes::project_quotas::Hold;
-use crate::node_server::state::volumes::{ContentSource, Record, VolumeError};
+use crate::node_server::state::volumes::{ContentSource, Layout, Record, VolumeError};
 use crate::path_io::PathIoError;
 
 /// What a new volume's limit is raised by while its content is copied in.
@@ -39,7 +40,11 @@ pub struct Content {
     pub size: u64,
     /// A block volume's (or its snapshot's): its tree is the volume's file.
     pub block: bool,
+    /// An image volume's (or its snapshot's): its tree is the file holding its filesystem.
+    pub layout: Layout,
     _reading: Reading,
+    /// A cloned image volume's filesystem, held still until the copy is made.
+    _frozen: Vec<Frozen>,
 }
 
 impl Driver {
@@ -61,7 +66,9 @@ impl Driver {
                     dir: self.snapshots.path_of(id),
                     size: snapshot.size,
                     block: snapshot.block,
+                    layout: snapshot.layout,
                     _reading: reading,
+                    _frozen: Vec::new(),
                 })
             }
             ContentSource::Volume(id) => {
@@ -71,21 +78,17 @@ impl Driver {
                     .records()
                     .get(id)
                     .ok_or_else(|| not_found("volume", id))?;
-                if volume.is_image() {
-                    return Err(VolumeError::NotForImages {
-                        id: id.to_owned(),
-                        call: "a clone",
-                    }
-                    .into());
-                }
                 if volume.block {
                     self.flush_block(&volume)?;
                 }
+                let frozen = self.freeze_images(std::slice::from_ref(&volume))?;
                 Ok(Content {
                     dir: self.volumes.path_of(id),
                     size: volume.capacity,
                     block: volume.block,
+                    layout: volume.layout,
                     _reading: reading,
+                    _frozen: frozen,
                 })
             }
         }

@@ -73,6 +73,15 @@ pub enum ControllerError {
     },
     #[error("volume {name:?} exists with {is} access")]
     OtherAccessType { name: String, is: &'static str },
+    /// A restore or clone whose source is of the other layout.
+    #[error(
+        "the content source is a volume's of layout {is}; it cannot fill a volume of layout \
+         {asked} (give the StorageClass parameter layout={is})"
+    )]
+    SourceLayout {
+        is: &'static str,
+        asked: &'static str,
+    },
     /// A restore or clone whose source is of the other access type.
     #[error("the content source is a {is} volume's; it cannot fill a {asked} volume")]
     SourceAccessType {

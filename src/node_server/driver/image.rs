@@ -21,6 +21,7 @@ use nix::errno::Errno;
 
 use super::Driver;
 use super::bind_mounts::{self, BindError, Publication, Published};
+use super::content::Content;
 use super::controller_error::ControllerError;
 use super::node_error::NodeError;
 use super::node_ops::{PublishRequest, Stats};
@@ -67,7 +68,7 @@ fn is_ours(found: &Found, shown: Shown) -> bool {
 
 /// Opens the root of the image volume's filesystem mounted at `path` (opened through no
 /// symbolic link, checked to be the root of one of `found`'s devices) for changes.
-fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
+pub(super) fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
     let at = |e: std::io::Error| NodeError::Mount(PathIoError::new("open the root at", path, e));
     let fd = resolve::open_dir_no_symlinks(path).map_err(|e| at(e.into()))?;
     // The descriptor is O_PATH; reopened through /proc, it is the same inode, not the path.
@@ -118,15 +119,36 @@ impl Driver {
     /// A new image volume's directory: private (only node-server reaches the file), holding
     /// the empty filesystem in a file allocated to its whole size, made durable before the
     /// record (as a block volume's).
-    pub(super) fn fill_image(&self, dir: &Path, bytes: u64) -> Result<(), ControllerError> {
+    ///
+    /// A restore or clone copies its source's file instead (a reflink where the state
+    /// directory's filesystem shares extents), then allocates the rest of the file to
+    /// `bytes`; the stage gives the filesystem a UUID of its own and grows it to the file.
+    pub(super) fn fill_image(
+        &self,
+        dir: &Path,
+        bytes: u64,
+        content: Option<&Content>,
+    ) -> Result<(), ControllerError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(PathIoError::at("set the mode of", dir))
             .map_err(VolumeError::from)?;
         let image = block_image_in(dir);
-        loopdev::create_backing_file_with(&image, bytes, |file| {
-            ext4_image::write_thick(file, bytes)
-        })?;
+        let Some(content) = content else {
+            loopdev::create_backing_file_with(&image, bytes, |file| {
+                ext4_image::write_thick(file, bytes)
+            })?;
+            return Ok(());
+        };
+        content.fill(dir)?;
+        let allocate = |file: &File| -> std::io::Result<()> {
+            ext4_image::allocate(file, bytes)?;
+            file.sync_all()
+        };
+        (std::fs::OpenOptions::new().write(true).open(&image))
+            .and_then(|file| allocate(&file))
+            .map_err(PathIoError::at("allocate", &image))
+            .map_err(VolumeError::from)?;
         Ok(())
     }
 
@@ -240,7 +262,7 @@ impl Driver {
     }
 
     /// The devices of ours for an image volume's file (none if the file is gone).
-    fn image_devices(&self, record: &Record) -> Result<Found, NodeError> {
+    pub(super) fn image_devices(&self, record: &Record) -> Result<Found, NodeError> {
         match self.image_of(&record.id).exists() {
             true => self.found(record),
             false => Ok(Found::default()),

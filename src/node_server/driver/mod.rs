@@ -20,6 +20,7 @@ mod content;
 mod controller_error;
 mod ephemeral;
 mod image;
+mod image_copies;
 mod modify;
 mod mount_points;
 mod node_error;
@@ -149,7 +150,7 @@ impl Driver {
         }
         let snapshots = Snapshots::open(&state_dir, &orphans)?;
         volumes.charge_loaded(snapshots.total_bytes());
-        Ok(Self {
+        let driver = Self {
             config,
             volumes,
             claims: Claims::new(),
@@ -161,7 +162,9 @@ impl Driver {
             orphans,
             state_dir,
             _owner: owner,
-        })
+        };
+        driver.thaw_images();
+        Ok(driver)
     }
 
     /// Starts removing what interrupted operations left (set aside at open) on a background

@@ -10,7 +10,6 @@ use super::Driver;
 use crate::node_server::state::snapshots::SnapshotError;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::node_server::state::sources::{snapshot_key, volume_key};
-use crate::node_server::state::volumes::VolumeError;
 
 /// Whether two lists of IDs hold the same IDs (the CSI compares sets).
 fn same_set(a: &[String], b: &[String]) -> bool {
@@ -138,20 +137,24 @@ impl Driver {
         let volumes = (ids.iter())
             .map(|id| self.volumes.records().provisioned(id, "a snapshot"))
             .collect::<Result<Vec<_>, _>>()?;
-        // Until a snapshot freezes the volume's filesystem, a copy of its image would not be
-        // of one instant.
-        if let Some(image) = volumes.iter().find(|v| v.is_image()) {
-            return Err(VolumeError::NotForImages {
-                id: image.id.clone(),
-                call: "a snapshot",
-            }
-            .into());
-        }
         for volume in volumes.iter().filter(|v| v.block) {
             self.flush_block(volume)?;
         }
         let dirs: Vec<PathBuf> = ids.iter().map(|id| self.volumes.path_of(id)).collect();
-        let (created, cuts) = self.snapshots.cut(&dirs)?;
+        // Image volumes' filesystems held still, all of them before the first copy, until
+        // the last copy is made (see `image_copies`).
+        let frozen = self.freeze_images(&volumes)?;
+        let held = std::time::Instant::now();
+        let cut = self.snapshots.cut(&dirs);
+        drop(frozen);
+        if volumes.iter().any(|v| v.is_image()) {
+            log::info!(
+                "held the writers of {} image volume(s) {:?} for their snapshots",
+                volumes.iter().filter(|v| v.is_image()).count(),
+                held.elapsed()
+            );
+        }
+        let (created, cuts) = cut?;
         let snapshots: Vec<Snapshot> = (cuts.into_iter().zip(volumes))
             .map(|(cut, volume)| Snapshot {
                 id: cut.id,
@@ -162,6 +165,7 @@ impl Driver {
                 bytes: cut.report.bytes_allocated,
                 group: None,
                 block: volume.block,
+                layout: volume.layout,
             })
             .collect();
         let bytes = snapshots

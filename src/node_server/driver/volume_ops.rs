@@ -58,18 +58,17 @@ impl Driver {
             }),
             None => {
                 self.check_attributes(&attributes, None, block, layout)?;
-                if layout == Layout::Image && source.is_some() {
-                    return Err(VolumeError::NotForImages {
-                        id: format!("{name:?} (to be)"),
-                        call: "a restore or a clone",
-                    }
-                    .into());
-                }
                 let content = source.as_ref().map(|s| self.content(s)).transpose()?;
                 if let Some(content) = content.as_ref().filter(|c| c.block != block) {
                     return Err(ControllerError::SourceAccessType {
                         is: access_name(content.block),
                         asked: access_name(block),
+                    });
+                }
+                if let Some(content) = content.as_ref().filter(|c| c.layout != layout) {
+                    return Err(ControllerError::SourceLayout {
+                        is: content.layout.name(),
+                        asked: layout.name(),
                     });
                 }
                 let source_size = content.as_ref().map(|c| c.size);
@@ -100,7 +99,7 @@ impl Driver {
                         return self.fill_block(dir, content.as_ref(), capacity);
                     }
                     if record.is_image() {
-                        return self.fill_image(dir, capacity);
+                        return self.fill_image(dir, capacity, content.as_ref());
                     }
                     if let Some(content) = &content {
                         self.fill_held(dir, record, content)?;

@@ -49,9 +49,10 @@ fn status(error: ControllerError) -> Status {
         | E::OtherLayout { .. } => Code::AlreadyExists,
         // ModifyVolume's "parameters not supported" and "exceeds capabilities"; CreateVolume's
         // "source incompatible".
-        E::Parameter(_) | E::CannotApply { .. } | E::SourceAccessType { .. } => {
-            Code::InvalidArgument
-        }
+        E::Parameter(_)
+        | E::CannotApply { .. }
+        | E::SourceAccessType { .. }
+        | E::SourceLayout { .. } => Code::InvalidArgument,
         E::BlockSize { .. } | E::ImageSize { .. } => Code::OutOfRange,
         // DeleteVolume of a volume that is still mounted; an expansion whose limit would
         // stay where it is (sizes not enforced now).
@@ -74,7 +75,13 @@ fn status(error: ControllerError) -> Status {
         | E::SourceTooLarge { .. }
         | E::SourceHolds { .. }
         | E::CopyTooLarge { .. } => Code::OutOfRange,
-        E::Volume(V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_))
+        // A clone's source frozen by someone else (`fsfreeze`): not in a state to be copied.
+        E::Volume(V::Freeze { source, .. }) if source.raw_os_error() == Some(libc::EBUSY) => {
+            Code::FailedPrecondition
+        }
+        E::Volume(
+            V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_) | V::Freeze { .. },
+        )
         | E::Mount(_)
         | E::Worker(_)
         | E::Loop(_)

@@ -36,6 +36,10 @@ pub fn status(error: SnapshotError) -> Status {
         // An inline volume: in use by its pod alone; an image volume, whose snapshots are not
         // offered yet.
         E::Volume(V::Ephemeral { .. } | V::NotForImages { .. }) => Code::FailedPrecondition,
+        // The source's filesystem frozen by someone else (`fsfreeze`).
+        E::Volume(V::Freeze { source, .. }) if source.raw_os_error() == Some(libc::EBUSY) => {
+            Code::FailedPrecondition
+        }
         // "Operation pending for snapshot" (or for its source).
         E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Not enough space to create snapshot": `--capacity`, or the filesystem, is full.
@@ -48,7 +52,8 @@ pub fn status(error: SnapshotError) -> Status {
             | V::Io(_)
             | V::Undeletable { .. }
             | V::Quota(_)
-            | V::LimitKept { .. },
+            | V::LimitKept { .. }
+            | V::Freeze { .. },
         )
         | E::Copy { .. }
         | E::Remove(_)

@@ -85,7 +85,9 @@ fn status(error: NodeError) -> Status {
             V::NoSpace { .. } | V::NoInodes { .. } | V::Quota(QuotaError::Exhausted { .. }),
         ) => Code::ResourceExhausted,
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
-        E::Volume(V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_))
+        E::Volume(
+            V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_) | V::Freeze { .. },
+        )
         | E::Bind(
             P::Unlocatable(_)
             | P::Io { .. }

@@ -17,12 +17,13 @@ use serde_json::{Value, json};
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::node_server::state::store::{Persisted, decode, encode};
-use crate::node_server::state::volumes::{ContentSource, Record};
+use crate::node_server::state::volumes::{ContentSource, Layout, Record};
 
 const VOLUME_MINIMAL: &str = r#"{"capacity_bytes":1073741824,"ephemeral":false,"id":"vol-0123456789abcdef0123456789abcdef","name":"pvc-8f9e","version":1}"#;
 const VOLUME_FULL: &str = r#"{"access_type":"block","attributes":{"directIO":false,"inodeLimit":5000,"rootMode":1528},"capacity_bytes":18446744073709551615,"content_source":{"snapshot":"snap-1"},"ephemeral":false,"id":"vol-full","name":"pvc-full","project_id":4294967295,"version":1}"#;
 const VOLUME_EPHEMERAL_CLONE: &str = r#"{"attributes":{"inodeLimit":0},"capacity_bytes":0,"content_source":{"volume":"vol-src"},"ephemeral":true,"id":"csi-eph\"quoteé","name":"","project_id":7,"version":1}"#;
 const SNAPSHOT_SINGLE: &str = r#"{"creation_time":{"nanos":999999999,"seconds":1700000000},"data_bytes":4096,"group_snapshot_id":null,"id":"snap-single","name":"snapshot-a","size_bytes":1073741824,"source_volume_id":"vol-1","version":1}"#;
+const SNAPSHOT_IMAGE: &str = r#"{"creation_time":{"nanos":0,"seconds":1},"data_bytes":8192,"group_snapshot_id":null,"id":"snap-image","layout":"image","name":"snapshot-i","size_bytes":16777216,"source_volume_id":"vol-3","version":1}"#;
 const SNAPSHOT_MEMBER_BLOCK: &str = r#"{"access_type":"block","creation_time":{"nanos":0,"seconds":-5},"data_bytes":0,"group_snapshot_id":"group-1","id":"snap-member","name":"","size_bytes":1048576,"source_volume_id":"vol-2","version":1}"#;
 const GROUP: &str = r#"{"creation_time":{"nanos":2,"seconds":1700000001},"id":"group-1","name":"group-a","snapshot_ids":["snap-1","snap-member"],"source_volume_ids":["vol-1","vol-2"],"version":1}"#;
 const GROUP_EMPTY: &str = r#"{"creation_time":{"nanos":0,"seconds":0},"id":"group-empty","name":"","snapshot_ids":[],"source_volume_ids":[],"version":1}"#;
@@ -89,6 +90,21 @@ fn snapshots() -> Vec<(&'static str, Snapshot)> {
                 bytes: 4096,
                 group: None,
                 block: false,
+                layout: Default::default(),
+            },
+        ),
+        (
+            SNAPSHOT_IMAGE,
+            Snapshot {
+                id: "snap-image".into(),
+                name: "snapshot-i".into(),
+                source_volume: "vol-3".into(),
+                size: 16 << 20,
+                created: (1, 0),
+                bytes: 8192,
+                group: None,
+                block: false,
+                layout: Layout::Image,
             },
         ),
         (
@@ -102,6 +118,7 @@ fn snapshots() -> Vec<(&'static str, Snapshot)> {
                 bytes: 0,
                 group: Some("group-1".into()),
                 block: true,
+                layout: Default::default(),
             },
         ),
     ]
@@ -333,10 +350,11 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
             any::<u64>(),
             proptest::option::of(id()),
             any::<bool>(),
+            any::<bool>(),
         ),
     )
         .prop_map(
-            |((id, name, source_volume, size), (created, bytes, group, block))| Snapshot {
+            |((id, name, source_volume, size), (created, bytes, group, block, image))| Snapshot {
                 id,
                 name,
                 source_volume,
@@ -345,6 +363,11 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                 bytes,
                 group,
                 block,
+                // An image is never a block volume's.
+                layout: match image && !block {
+                    true => Layout::Image,
+                    false => Layout::Directory,
+                },
             },
         )
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::node_server::state::store::Persisted;
+use crate::node_server::state::volumes::Layout;
 use crate::node_server::state::volumes::volume_record::access_type;
 
 /// Seconds and nanoseconds since the Unix epoch.
@@ -73,6 +74,10 @@ pub struct Snapshot {
         deserialize_with = "access_type::deserialize_any_string"
     )]
     pub block: bool,
+    /// Of an image volume (its file, holding its filesystem): restored only as one. Absent
+    /// for a directory volume's, and in records from before layouts.
+    #[serde(default, skip_serializing_if = "Layout::is_directory")]
+    pub layout: Layout,
 }
 
 /// A group snapshot: its member snapshots, one per source volume, cut together.
@@ -133,6 +138,7 @@ mod tests {
             bytes: 4096,
             group: Some("group-1".into()),
             block: false,
+            layout: Layout::Directory,
         };
         let single = Snapshot {
             name: "snapshot-a".into(),
@@ -143,7 +149,11 @@ mod tests {
             block: true,
             ..single.clone()
         };
-        for snapshot in [member, single, block] {
+        let image = Snapshot {
+            layout: Layout::Image,
+            ..single.clone()
+        };
+        for snapshot in [member, single, block, image] {
             let bytes = encode(&snapshot).unwrap();
             assert_eq!(decode::<Snapshot>(&bytes).unwrap(), snapshot);
         }

@@ -14,6 +14,7 @@ fn snapshot(id: &str, source: &str, group: Option<&str>) -> Snapshot {
         bytes: 4096,
         group: group.map(str::to_owned),
         block: false,
+        layout: Default::default(),
     }
 }
 

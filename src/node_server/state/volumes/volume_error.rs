@@ -37,6 +37,14 @@ pub enum VolumeError {
     /// A call the image layout does not offer yet.
     #[error("volume {id} has layout image, for which {call} is not supported yet")]
     NotForImages { id: String, call: &'static str },
+    /// Its filesystem could not be held still for a copy (frozen by someone else: EBUSY).
+    #[error("{op} the filesystem of volume {id} for a copy: {source}")]
+    Freeze {
+        id: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("volume {id} is in use: mounted at {}", at.display())]
     InUse { id: String, at: PathBuf },
     /// Marked deleted, but its data could not all be removed; the error names what is left.

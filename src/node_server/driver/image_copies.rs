@@ -1,0 +1,177 @@
+//! Copies of image volumes — snapshots, and the sources of clones — at one instant. Where an
+//! image volume's filesystem is mounted, it is synced (so little is left to write), then
+//! frozen (`FIFREEZE`: writes wait, the journal is clean) while its file is copied, and thawed
+//! right after; the copy is a reflink where the state directory's filesystem shares extents,
+//! so writers wait for a syncfs and a reflink, not for the data. A group's members are all
+//! frozen before the first is copied and thawed after the last, so the group is write-order
+//! consistent: a pod that wrote to one member and then to another never finds the second
+//! write without the first. Where the state directory has no reflinks the copy is a full one
+//! of what the file holds, and writers wait for it; the time they were held is logged.
+//!
+//! A frozen filesystem holds its writers until it is thawed: [`Frozen`] thaws when it drops,
+//! on every path, and a start-up thaws what a crash left frozen ([`Driver::thaw_images`]).
+
+use std::fs::File;
+use std::time::Instant;
+
+use nix::errno::Errno;
+
+use super::Driver;
+use super::image::open_root;
+use crate::linux::ext4_image;
+use crate::linux::loopdev::{Found, Identity};
+use crate::node_server::state::volumes::{Record, VolumeError};
+
+/// An image volume's filesystem, frozen until this drops.
+#[derive(Debug)]
+pub struct Frozen {
+    id: String,
+    root: File,
+    since: Instant,
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        match ext4_image::thaw(&self.root) {
+            Ok(()) => log::debug!(
+                "thawed the filesystem of volume {}: writers held {:?}",
+                self.id,
+                self.since.elapsed()
+            ),
+            Err(e) => log::error!(
+                "could not thaw the filesystem of volume {}: its writers wait: {e}",
+                self.id
+            ),
+        }
+    }
+}
+
+impl Driver {
+    /// Syncs, then freezes, the filesystem of each image volume of `records` that is mounted
+    /// (the others need nothing: nothing writes to their files); they thaw as the guards drop.
+    /// Every one is synced before the first freezes, so the freezes come close together.
+    pub(super) fn freeze_images(&self, records: &[Record]) -> Result<Vec<Frozen>, VolumeError> {
+        let mut roots = Vec::new();
+        for record in records.iter().filter(|r| r.is_image()) {
+            if let Some(root) = self.mounted_root(record)? {
+                nix::unistd::syncfs(&root).map_err(freeze_error(record, "sync"))?;
+                roots.push((record.id.clone(), root));
+            }
+        }
+        let mut frozen = Vec::with_capacity(roots.len());
+        for (id, root) in roots {
+            match ext4_image::freeze(&root) {
+                Ok(()) => frozen.push(Frozen {
+                    id,
+                    root,
+                    since: Instant::now(),
+                }),
+                Err(source) => {
+                    return Err(VolumeError::Freeze {
+                        id,
+                        op: "freeze",
+                        source: source.into(),
+                    });
+                }
+            }
+        }
+        Ok(frozen)
+    }
+
+    /// The root of the image volume's filesystem where a mount of it shows it whole, opened
+    /// and checked to be that filesystem's; `None` when it is not mounted.
+    fn mounted_root(&self, record: &Record) -> Result<Option<File>, VolumeError> {
+        let found = self
+            .image_devices(record)
+            .map_err(freeze_error_from(record))?;
+        if found.ours.is_empty() {
+            return Ok(None);
+        }
+        let devices: Vec<u64> = found.ours.iter().map(|s| s.device.rdev()).collect();
+        let table = (self.mounter.mount_table()).map_err(freeze_error_from(record))?;
+        let mut last = None;
+        for entry in table.entries() {
+            let dev = nix::libc::makedev(entry.dev.0, entry.dev.1);
+            if !devices.contains(&dev) || entry.root.as_deref() != Some("/".as_ref()) {
+                continue;
+            }
+            match open_root(&entry.mount_point, &found) {
+                Ok(root) => return Ok(Some(root)),
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            // Mounted, yet no mount of it could be opened as its root: a copy now would not
+            // be of one instant.
+            Some(e) => Err(freeze_error_from(record)(e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Thaws the filesystem of every image volume that is mounted: a node-server killed
+    /// between a freeze and its thaw leaves the filesystem frozen and its writers waiting.
+    /// Run at start-up, with one read of the mount table and one stat per image volume; a
+    /// filesystem that was not frozen answers EINVAL, which is fine.
+    pub(super) fn thaw_images(&self) {
+        let files: Vec<Identity> = self.volumes.records().with_all(|all| {
+            (all.values().filter(|r| r.is_image()))
+                .filter_map(|r| Identity::of(&self.image_of(&r.id)).ok())
+                .collect()
+        });
+        if files.is_empty() {
+            return;
+        }
+        let table = match self.mounter.mount_table() {
+            Ok(table) => table,
+            Err(e) => return log::error!("image volumes left frozen by a crash stay so: {e}"),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for entry in table.entries() {
+            if entry.root.as_deref() != Some("/".as_ref()) || !seen.insert(entry.dev) {
+                continue;
+            }
+            let Ok(Some(status)) = self.loops.with_number(entry.dev) else {
+                continue;
+            };
+            if !files.iter().any(|file| status.is_ours_for(*file)) {
+                continue;
+            }
+            let found = Found {
+                ours: vec![status],
+                foreign: Vec::new(),
+            };
+            let at = entry.mount_point.display();
+            let root = match open_root(&entry.mount_point, &found) {
+                Ok(root) => root,
+                Err(e) => {
+                    log::error!("could not check the filesystem at {at} is not frozen: {e}");
+                    continue;
+                }
+            };
+            match ext4_image::thaw(&root) {
+                Ok(()) => log::warn!("thawed the filesystem at {at}, left frozen by a crash"),
+                Err(Errno::EINVAL) => {}
+                Err(e) => log::error!("could not thaw the filesystem at {at}: {e}"),
+            }
+        }
+    }
+}
+
+fn freeze_error<'a>(
+    record: &'a Record,
+    op: &'static str,
+) -> impl FnOnce(Errno) -> VolumeError + 'a {
+    move |source| VolumeError::Freeze {
+        id: record.id.clone(),
+        op,
+        source: source.into(),
+    }
+}
+
+fn freeze_error_from<E: std::fmt::Display>(record: &Record) -> impl Fn(E) -> VolumeError + '_ {
+    move |e| VolumeError::Freeze {
+        id: record.id.clone(),
+        op: "find the mount to freeze of",
+        source: std::io::Error::other(e.to_string()),
+    }
+}
