@@ -43,8 +43,9 @@ pub struct Content {
     /// An image volume's (or its snapshot's): its tree is the file holding its filesystem.
     pub layout: Layout,
     _reading: Reading,
-    /// A cloned image volume's filesystem, held still until the copy is made.
-    _frozen: Vec<Frozen>,
+    /// A cloned image volume's filesystem, held still until the copy is made (thawed by
+    /// [`Content::fill`] or the drop).
+    frozen: std::sync::Mutex<Vec<Frozen>>,
 }
 
 impl Driver {
@@ -68,7 +69,7 @@ impl Driver {
                     block: snapshot.block,
                     layout: snapshot.layout,
                     _reading: reading,
-                    _frozen: Vec::new(),
+                    frozen: Default::default(),
                 })
             }
             ContentSource::Volume(id) => {
@@ -88,7 +89,7 @@ impl Driver {
                     block: volume.block,
                     layout: volume.layout,
                     _reading: reading,
-                    _frozen: frozen,
+                    frozen: std::sync::Mutex::new(frozen),
                 })
             }
         }
@@ -184,7 +185,10 @@ impl Content {
     pub fn fill(&self, dir: &Path) -> Result<(), ControllerError> {
         let report = privilege::without_quota_override(|| {
             copy::copy_tree_into(&self.dir, dir, Options::default())
-        })??;
+        });
+        // The copy is made: the source's writers go on.
+        crate::mutex::lock(&self.frozen).clear();
+        let report = report??;
         for skipped in &report.skipped {
             if skipped.reason == SkipReason::MountPoint {
                 log::warn!(
