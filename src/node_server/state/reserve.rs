@@ -1,6 +1,6 @@
 //! Room kept on the state directory's filesystem for node-server's own records: a file of
-//! [`RESERVE_BYTES`] allocated at start (`<state-dir>/reserve`), given up when a record write
-//! meets ENOSPC. A full filesystem must not stop DeleteVolume, the one call that frees it, and
+//! [`RESERVE_BYTES`] allocated at start (`<state-dir>/reserve`), given up (removed: its blocks
+//! and its inode) when a record write meets ENOSPC. A full filesystem must not stop DeleteVolume, the one call that frees it, and
 //! DeleteVolume first writes its `deleting` mark (a record). XFS keeps no blocks for root, so
 //! without this a pod that filled the filesystem (a volume without a limit, a file moved out of
 //! its project) made every volume on it undeletable. The reserve is taken again by the next
@@ -48,19 +48,16 @@ pub fn take(path: &Path) {
     }
 }
 
-/// Frees the reserve beside `record` for the write that met ENOSPC; whether it held anything.
+/// Frees the reserve beside `record` for the write that met ENOSPC, blocks and inode; whether
+/// it held anything.
 pub fn give_up(record: &Path) -> bool {
     let Some(path) = beside(record) else {
         return false;
     };
-    let held = std::fs::metadata(&path).is_ok_and(|meta| meta.len() > 0);
-    if held
-        && std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(&path)
-            .is_ok()
-    {
+    // Removed, not truncated: a filesystem can run out of inodes as well as blocks (a pod's
+    // flood of empty files), and the record's temporary file needs one of each.
+    let held = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file());
+    if held && std::fs::remove_file(&path).is_ok() {
         GIVEN_UP.store(true, Ordering::Relaxed);
         log::warn!(
             "the state directory's filesystem is full: gave up the {RESERVE_BYTES}-byte \
