@@ -316,7 +316,7 @@ async fn a_staging_path_or_target_inside_an_image_volumes_filesystem_is_refused(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_layout_parameter_is_checked_and_what_images_do_not_offer_yet_is_refused() {
+async fn the_layout_parameter_is_checked_and_an_expansion_allocates_the_image_in_full() {
     let sandbox = MountSandbox::new();
     let (_child, mut csi) = spawn(sandbox.path(), &sandbox.path().join("state")).await;
     let bad = CreateVolumeRequest {
@@ -378,8 +378,20 @@ async fn the_layout_parameter_is_checked_and_what_images_do_not_offer_yet_is_ref
         }),
         ..Default::default()
     };
-    let expanded = csi.controller.controller_expand_volume(expand).await;
-    assert_eq!(code(expanded), Code::FailedPrecondition);
+    // The controller's part of an expansion: the record and the file, allocated in full
+    // (the node's part grows the device and the filesystem: the quota VM, which can).
+    let expanded = (csi.controller.controller_expand_volume(expand).await)
+        .expect("expand")
+        .into_inner();
+    assert_eq!(expanded.capacity_bytes, (40 * MIB) as i64);
+    assert!(expanded.node_expansion_required);
+    let file = std::fs::metadata(image(&sandbox.path().join("state"), &id)).unwrap();
+    assert_eq!(file.len(), 40 * MIB);
+    assert!(
+        file.blocks() * 512 >= 40 * MIB,
+        "thick: {} blocks",
+        file.blocks()
+    );
     csi.controller
         .delete_volume(delete_request(&id))
         .await

@@ -54,7 +54,7 @@ fn attach_options(record: &Record) -> AttachOptions {
 }
 
 /// What a mount of the filesystem on `status`'s device shows at its root.
-fn root_of(status: &Status) -> Shown {
+pub(super) fn root_of(status: &Status) -> Shown {
     Shown {
         dev: status.device.rdev(),
         ino: ROOT_INO,
@@ -62,7 +62,7 @@ fn root_of(status: &Status) -> Shown {
 }
 
 /// Whether a mount showing `shown` is the filesystem of one of `found`'s devices.
-fn is_ours(found: &Found, shown: Shown) -> bool {
+pub(super) fn is_ours(found: &Found, shown: Shown) -> bool {
     found.ours.iter().any(|s| root_of(s) == shown)
 }
 
@@ -86,6 +86,36 @@ pub(super) fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
         .into());
     }
     Ok(root)
+}
+
+/// Grows the filesystem of volume `id`, of `bytes` now, mounted with its `root`, to its
+/// `device`'s size in whole blocks; the size it has then.
+pub(super) fn grow_to_device(
+    id: &str,
+    root: &File,
+    device: LoopDevice,
+    bytes: u64,
+) -> Result<u64, NodeError> {
+    let size = loopdev::size(device)? / BLOCK_BYTES * BLOCK_BYTES;
+    if bytes >= size {
+        return Ok(bytes);
+    }
+    match ext4_image::grow(&root.as_fd(), size) {
+        Ok(()) => {
+            log::info!("grew the filesystem of volume {id} from {bytes} to {size} bytes");
+            Ok(size)
+        }
+        Err(Errno::EPERM) => Err(NodeError::NoResizeCapability {
+            id: id.to_owned(),
+            from: bytes,
+            to: size,
+        }),
+        Err(e) => Err(NodeError::Filesystem {
+            id: id.to_owned(),
+            op: "grow",
+            source: e.into(),
+        }),
+    }
 }
 
 /// Gives the filesystem's root `mode`, and with `group` that group, group-writable and setgid
@@ -177,23 +207,7 @@ impl Driver {
             ext4_image::set_uuid(&root.as_fd(), uuid)
                 .map_err(|e| fs("give a UUID of its own to")(e.into()))?;
         }
-        let size = loopdev::size(device)? / BLOCK_BYTES * BLOCK_BYTES;
-        if superblock.bytes < size {
-            match ext4_image::grow(&root.as_fd(), size) {
-                Ok(()) => log::info!(
-                    "grew the filesystem of volume {id} from {} to {size} bytes",
-                    superblock.bytes
-                ),
-                Err(Errno::EPERM) => {
-                    return Err(NodeError::NoResizeCapability {
-                        id: id.clone(),
-                        from: superblock.bytes,
-                        to: size,
-                    });
-                }
-                Err(e) => return Err(fs("grow")(e.into())),
-            }
-        }
+        grow_to_device(id, root, device, superblock.bytes)?;
         // Like a directory volume's, world-writable unless its rootMode says otherwise.
         let mode = record.attributes.root_mode.unwrap_or(0o777);
         set_root(id, root, Some(mode), group)

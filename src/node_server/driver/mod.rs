@@ -21,6 +21,7 @@ mod controller_error;
 mod ephemeral;
 mod image;
 mod image_copies;
+mod image_growth;
 mod modify;
 mod mount_points;
 mod node_error;

@@ -11,9 +11,9 @@ use super::node_error::NodeError;
 use super::{Driver, ephemeral};
 use crate::csi_spec::Field;
 use crate::linux::mount::MountOptions;
+use crate::node_server::state::volumes::Record;
 use crate::node_server::state::volumes::project_quotas::Hold;
 use crate::node_server::state::volumes::roles::Role;
-use crate::node_server::state::volumes::{Record, VolumeError};
 
 /// A NodePublishVolume request after validation.
 #[derive(Debug)]
@@ -324,16 +324,13 @@ impl Driver {
 
     /// NodeExpandVolume: a directory has no filesystem to grow, so the size is the one
     /// ControllerExpandVolume already accounted; its limit is (re)applied at once. A block
-    /// volume's devices are told the size its file grew to.
+    /// volume's devices are told the size its file grew to; an image volume's too, and its
+    /// filesystem, mounted at `volume_path`, grows to it.
     pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
         let record = self.volumes.records().known(id)?;
-        existing_path(volume_path)?;
+        let path = existing_path(volume_path)?;
         if record.is_image() {
-            return Err(VolumeError::NotForImages {
-                id: id.to_owned(),
-                call: "NodeExpandVolume",
-            }
-            .into());
+            return self.expand_image_on_node(&record, &path);
         }
         if record.block {
             return self.expand_block_on_node(&record);

@@ -133,7 +133,8 @@ impl Driver {
     }
 
     /// ControllerExpandVolume: grows the accounted size to `required`, never shrinks (a block
-    /// volume's file with it, in whole sectors). Also says whether the node must expand too.
+    /// volume's file with it, in whole sectors; an image volume's, allocated, in whole
+    /// blocks). Also says whether the node must expand too (their devices and filesystems).
     pub fn expand(
         &self,
         id: &str,
@@ -145,11 +146,10 @@ impl Driver {
             .records()
             .provisioned(id, "ControllerExpandVolume")?;
         if record.is_image() {
-            return Err(VolumeError::NotForImages {
-                id: id.to_owned(),
-                call: "ControllerExpandVolume",
-            }
-            .into());
+            let required = image_size(required, limit)?;
+            let capacity = self.expand_accounted(&record, required, limit)?;
+            self.allocate_image(id, capacity)?;
+            return Ok((capacity, true));
         }
         if record.block {
             let required = whole_sectors(required, limit)?;

@@ -56,10 +56,9 @@ fn status(error: ControllerError) -> Status {
         E::BlockSize { .. } | E::ImageSize { .. } => Code::OutOfRange,
         // DeleteVolume of a volume that is still mounted; an expansion whose limit would
         // stay where it is (sizes not enforced now).
-        // A call the image layout does not offer yet: the volume is not in a state for it.
-        E::Volume(
-            V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. } | V::NotForImages { .. },
-        ) => Code::FailedPrecondition,
+        E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. }) => {
+            Code::FailedPrecondition
+        }
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
         E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project

@@ -33,9 +33,8 @@ pub fn status(error: SnapshotError) -> Status {
         E::InGroup { .. } | E::MembersDiffer { .. } | E::SnapshotIdsRequired { .. } => {
             Code::InvalidArgument
         }
-        // An inline volume: in use by its pod alone; an image volume, whose snapshots are not
-        // offered yet.
-        E::Volume(V::Ephemeral { .. } | V::NotForImages { .. }) => Code::FailedPrecondition,
+        // An inline volume: in use by its pod alone.
+        E::Volume(V::Ephemeral { .. }) => Code::FailedPrecondition,
         // The source's filesystem frozen by someone else (`fsfreeze`).
         E::Volume(V::Freeze { source, .. }) if source.raw_os_error() == Some(libc::EBUSY) => {
             Code::FailedPrecondition

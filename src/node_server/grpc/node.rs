@@ -62,9 +62,7 @@ fn status(error: NodeError) -> Status {
         E::NoResizeCapability { .. } => Code::FailedPrecondition,
         E::MissingParent { .. }
         | E::StagedElsewhere { .. }
-        | E::Volume(
-            V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. } | V::NotForImages { .. },
-        )
+        | E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. })
         | E::Bind(
             P::Symlink { .. }
             | P::Resolve {

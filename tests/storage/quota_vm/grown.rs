@@ -78,9 +78,10 @@ pub fn an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean(kin
     loopdev::detach(device, &image).expect("detach");
 }
 
-/// Through the real node-server: a 64 MiB image volume (the template's 16 MiB ext4 in a thick
-/// 64 MiB file) grown to its size at NodeStageVolume, writes held to that size by the
-/// filesystem itself, and clean by `e2fsck -fn` after unstage.
+/// Through the real node-server: a 32 MiB image volume (the template's 16 MiB ext4 in a thick
+/// 32 MiB file) grown to its size at NodeStageVolume, writes held to that size by the
+/// filesystem itself; expanded online when full, and again while unstaged (grown at its next
+/// stage); clean by `e2fsck -fn` after each unstage.
 pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(kind: FsKind) {
     use super::served::{Served, runtime, stats};
     use crate::common::csi_node::{create_request, delete_request};
@@ -91,7 +92,7 @@ pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(
         let pod = served.pod("img");
         let request = csi_nodekit::proto::csi::CreateVolumeRequest {
             parameters: [("layout".into(), "image".into())].into(),
-            ..create_request("pvc-image", (64 * MIB) as i64)
+            ..create_request("pvc-image", (32 * MIB) as i64)
         };
         let created = Instant::now();
         let volume = csi.controller.create_volume(request).await.expect("create");
@@ -99,14 +100,14 @@ pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(
         let create_took = created.elapsed();
         let image = served.volume_dir(&id).join("volume.img");
         let held = std::fs::metadata(&image).unwrap().blocks() * 512;
-        assert!(held >= 64 * MIB, "thick: {held} bytes allocated");
+        assert!(held >= 32 * MIB, "thick: {held} bytes allocated");
         let staged = Instant::now();
         csi.stage_and_publish(&id, &pod.staging, &pod.target, false)
             .await;
         let stage_took = staged.elapsed();
         let (bytes, inodes, _) = stats(&mut csi, &id, &pod.target).await;
         assert!(
-            bytes.total as u64 > 55 * MIB && bytes.total as u64 <= 64 * MIB,
+            bytes.total as u64 > 25 * MIB && bytes.total as u64 <= 32 * MIB,
             "grown to the size: {bytes:?}"
         );
         // 8,192 inodes per block group of 128 MiB: the template's one group.
@@ -120,27 +121,78 @@ pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(
                 Ok(()) => written += MIB,
                 Err(e) => break e,
             }
-            assert!(written <= 64 * MIB, "wrote past the size");
+            assert!(written <= 32 * MIB, "wrote past the size");
         };
         assert_eq!(stopped.raw_os_error(), Some(nix::libc::ENOSPC), "{stopped}");
+        // Expanded while published and full: the file, the device and the filesystem grow
+        // online, and the writer goes on to the new size.
+        let expanded = Instant::now();
+        super::served::expand(&mut csi, &id, 48 * MIB, &pod.target).await;
+        let expand_took = expanded.elapsed();
+        let (grown, _, _) = stats(&mut csi, &id, &pod.target).await;
+        assert!(grown.total as u64 > 41 * MIB, "grown online: {grown:?}");
+        let more = loop {
+            match std::io::Write::write_all(&mut file, &chunk) {
+                Ok(()) => written += MIB,
+                Err(e) => break e,
+            }
+            assert!(written <= 48 * MIB, "wrote past the new size");
+        };
+        assert_eq!(more.raw_os_error(), Some(nix::libc::ENOSPC), "{more}");
+        assert!(written > 36 * MIB, "{written} bytes written in all");
         drop(file);
         csi.unpublish_and_unstage(&id, &pod.target, &pod.staging)
             .await;
         let (code, text) = fsck(&image);
         assert_eq!(code, 0, "{text}");
         let superblock = ext4_image::superblock(&File::open(&image).unwrap()).unwrap();
-        assert_eq!(superblock.bytes, 64 * MIB, "the filesystem's own size");
+        assert_eq!(superblock.bytes, 48 * MIB, "the filesystem's own size");
+        let held = std::fs::metadata(&image).unwrap().blocks() * 512;
+        assert!(
+            held >= 48 * MIB,
+            "thick after the growth: {held} bytes allocated"
+        );
+        // Expanded while not staged: its next stage grows the filesystem.
+        let request = csi_nodekit::proto::csi::ControllerExpandVolumeRequest {
+            volume_id: id.clone(),
+            capacity_range: Some(csi_nodekit::proto::csi::CapacityRange {
+                required_bytes: (64 * MIB) as i64,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        };
+        let answer = csi.controller.controller_expand_volume(request).await;
+        let answer = answer.expect("expand while unstaged").into_inner();
+        assert_eq!(answer.capacity_bytes, (64 * MIB) as i64);
+        assert!(answer.node_expansion_required);
+        csi.stage_and_publish(&id, &pod.staging, &pod.target, false)
+            .await;
+        let (restaged, _, _) = stats(&mut csi, &id, &pod.target).await;
+        assert!(
+            restaged.total as u64 > 57 * MIB,
+            "grown at the stage: {restaged:?}"
+        );
+        csi.unpublish_and_unstage(&id, &pod.target, &pod.staging)
+            .await;
+        let (code, text) = fsck(&image);
+        assert_eq!(code, 0, "after the growth at stage: {text}");
         figure(
             kind,
             format_args!(
-                "an image volume of 64 MiB through node-server: CreateVolume {} ms (thick), \
+                "an image volume of 32 MiB through node-server: CreateVolume {} ms (thick), \
                  stage and publish {} ms (its ext4 grown from 16 MiB), {} bytes usable, {} \
-                 inodes; a writer stopped by ENOSPC after {} MiB; e2fsck -fn clean",
+                 inodes; full, then expanded online to 48 MiB in {} ms (Controller and Node \
+                 ExpandVolume), {} bytes usable, a writer stopped by ENOSPC after {} MiB in \
+                 all; expanded unstaged to 64 MiB and grown at its stage ({} bytes); \
+                 e2fsck -fn clean after each",
                 create_took.as_millis(),
                 stage_took.as_millis(),
                 bytes.total,
                 inodes.total,
-                written / MIB
+                expand_took.as_millis(),
+                grown.total,
+                written / MIB,
+                restaged.total
             ),
         );
         csi.controller

@@ -72,6 +72,14 @@ fn inodes_promised_by(record: &Record, used: Option<u64>) -> u64 {
     capacity::promised_inodes(limit, used.unwrap_or(0))
 }
 
+/// The bytes the file of a block or image volume holds on the filesystem (all of a thick
+/// image's; a sparse block volume's written blocks); 0 if it cannot be read.
+fn own_file_bytes(data_dir: &Path, id: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let file = crate::node_server::state::state_dir::block_image_in(&data_dir.join(id));
+    std::fs::symlink_metadata(file).map_or(0, |meta| meta.blocks().saturating_mul(512))
+}
+
 impl Ledger {
     pub fn new(sizing: Sizing, data_dir: &Path) -> Self {
         Self {
@@ -134,7 +142,11 @@ impl Ledger {
             (allocated, live)
         });
         let promised = live.iter().fold(reserved, |sum, r| {
-            let used = storage.usage(r).map_or(0, |usage| usage.bytes);
+            let used = match r.has_own_file() {
+                // What its file holds already is the filesystem's used space, not free.
+                true => own_file_bytes(&self.data_dir, &r.id),
+                false => storage.usage(r).map_or(0, |usage| usage.bytes),
+            };
             sum.saturating_add(capacity::promised(r.capacity, used))
         });
         let promised = if overcommit { 0 } else { promised };

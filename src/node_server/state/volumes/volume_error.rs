@@ -34,9 +34,6 @@ pub enum VolumeError {
          does not apply to it"
     )]
     Ephemeral { id: String, call: &'static str },
-    /// A call the image layout does not offer yet.
-    #[error("volume {id} has layout image, for which {call} is not supported yet")]
-    NotForImages { id: String, call: &'static str },
     /// Its filesystem could not be held still for a copy (frozen by someone else: EBUSY).
     #[error("{op} the filesystem of volume {id} for a copy: {source}")]
     Freeze {

@@ -1,0 +1,68 @@
+//! Growing an image volume (ControllerExpandVolume, then NodeExpandVolume): the record first,
+//! then its file, allocated to the new size (thick, as at creation); on the node, each loop
+//! device of ours is told the file's new size (`LOOP_SET_CAPACITY`) and the filesystem,
+//! where it is mounted, grows online to it (`EXT4_IOC_RESIZE_FS`). A volume not staged grows
+//! at its next stage, which grows every filesystem to its device. Each step is idempotent,
+//! so a retry after any failure finishes the growth.
+
+use std::fs::File;
+use std::path::Path;
+
+use super::Driver;
+use super::bind_mounts::BindError;
+use super::image::{grow_to_device, is_ours, open_root};
+use super::node_error::NodeError;
+use crate::linux::ext4_image;
+use crate::node_server::state::volumes::{Record, VolumeError};
+use crate::path_io::PathIoError;
+
+impl Driver {
+    /// Allocates the file of image volume `id` to `bytes`, durably: its new blocks are the
+    /// volume's before any write needs them.
+    pub(super) fn allocate_image(&self, id: &str, bytes: u64) -> Result<(), VolumeError> {
+        let image = self.image_of(id);
+        let allocate = |file: &File| -> std::io::Result<()> {
+            ext4_image::allocate(file, bytes)?;
+            file.sync_all()
+        };
+        (std::fs::OpenOptions::new().write(true).open(&image))
+            .and_then(|file| allocate(&file))
+            .map_err(PathIoError::at("allocate", &image))?;
+        Ok(())
+    }
+
+    /// NodeExpandVolume of an image volume whose filesystem is mounted at `path`: the file
+    /// (again, for a retry), the devices and the filesystem grown to the recorded size; the
+    /// filesystem's size then.
+    pub(super) fn expand_image_on_node(
+        &self,
+        record: &Record,
+        path: &Path,
+    ) -> Result<u64, NodeError> {
+        self.allocate_image(&record.id, record.capacity)?;
+        let image = self.image_of(&record.id);
+        let found = self.found(record)?;
+        for status in &found.ours {
+            self.loops.refresh_capacity(status.device, &image)?;
+        }
+        let mounted = (self.mounter.mount_at(path)?).is_some_and(|top| is_ours(&found, top.shows));
+        let (true, Some(device)) = (mounted, found.ours.first()) else {
+            return Err(BindError::NotStaged {
+                staging: path.to_owned(),
+            }
+            .into());
+        };
+        let root = open_root(path, &found)?;
+        let node = File::open(device.device.path()).map_err(|source| NodeError::Filesystem {
+            id: record.id.clone(),
+            op: "open the device",
+            source,
+        })?;
+        let superblock = ext4_image::superblock(&node).map_err(|source| NodeError::Filesystem {
+            id: record.id.clone(),
+            op: "read the superblock",
+            source,
+        })?;
+        grow_to_device(&record.id, &root, device.device, superblock.bytes)
+    }
+}
