@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use serde_json::Value;
+
 use super::manifests::{
     EVERY_COMPONENT, container, documents_in, kind, our_daemonset, pod_spec, rendered, strings,
 };
@@ -30,11 +32,24 @@ fn a_restored_or_cloned_volume_is_created_only_on_the_node_its_source_is_on() {
             "provisioner lacks {flag}: {args:?}"
         );
     }
-    let (_, class) = docs
-        .iter()
-        .find(|(_, d)| kind(d) == "StorageClass")
-        .unwrap();
-    assert_eq!(class["volumeBindingMode"], "WaitForFirstConsumer");
+    let classes: Vec<&Value> = (docs.iter())
+        .filter(|(_, d)| kind(d) == "StorageClass")
+        .map(|(_, d)| d)
+        .collect();
+    let layouts: Vec<(&str, &str)> = (classes.iter())
+        .map(|c| {
+            let name = c["metadata"]["name"].as_str().unwrap_or_default();
+            (name, c["parameters"]["layout"].as_str().unwrap_or_default())
+        })
+        .collect();
+    // The default class holds sizes on any node: a filesystem of its own per volume.
+    assert_eq!(
+        layouts,
+        [("csi-nodekit", "image"), ("csi-nodekit-shared", "directory")]
+    );
+    for class in classes {
+        assert_eq!(class["volumeBindingMode"], "WaitForFirstConsumer");
+    }
     // node-server's topology key, from its source: the example must pin by that key.
     let driver_rs = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/node_server/driver/mod.rs");
     let source = std::fs::read_to_string(driver_rs).unwrap();
@@ -56,7 +71,7 @@ fn a_restored_or_cloned_volume_is_created_only_on_the_node_its_source_is_on() {
         .find(|(f, d)| *f == restore && kind(d) == "PersistentVolumeClaim")
         .unwrap();
     assert_eq!(pvc["spec"]["dataSource"]["kind"], "VolumeSnapshot");
-    assert_eq!(pvc["spec"]["storageClassName"], class["metadata"]["name"]);
+    assert_eq!(pvc["spec"]["storageClassName"], "csi-nodekit");
 }
 
 #[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
