@@ -13,6 +13,7 @@ mod controller_errors;
 mod every_rpc_validates;
 mod group_snapshots;
 mod image;
+mod image_attacks;
 mod image_copies;
 mod interrupted_delete;
 mod lifecycle;

@@ -45,7 +45,10 @@ fn a_restored_or_cloned_volume_is_created_only_on_the_node_its_source_is_on() {
     // The default class holds sizes on any node: a filesystem of its own per volume.
     assert_eq!(
         layouts,
-        [("csi-nodekit", "image"), ("csi-nodekit-shared", "directory")]
+        [
+            ("csi-nodekit", "image"),
+            ("csi-nodekit-shared", "directory")
+        ]
     );
     for class in classes {
         assert_eq!(class["volumeBindingMode"], "WaitForFirstConsumer");
