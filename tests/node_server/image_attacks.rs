@@ -67,6 +67,8 @@ fn write_until_refused(file: PathBuf, direct: bool) -> Outcome {
     let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
     // SAFETY: a zeroed allocation of the layout's size, freed below.
     let buffer = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!buffer.is_null());
+    // SAFETY: the allocation above, initialised, 1 MiB long, alive until the dealloc.
     let chunk = unsafe { std::slice::from_raw_parts(buffer, 1 << 20) };
     let mut went = 0;
     let errno = loop {
@@ -76,6 +78,7 @@ fn write_until_refused(file: PathBuf, direct: bool) -> Outcome {
         }
         assert!(went <= 1 << 30, "a GiB written into a 16 MiB volume");
     };
+    // SAFETY: allocated above with this layout; `chunk` is not used after this.
     unsafe { std::alloc::dealloc(buffer, layout) };
     Outcome { went, errno }
 }
