@@ -329,3 +329,80 @@ async fn a_filesystem_frozen_by_another_refuses_a_snapshot_and_one_left_frozen_i
     assert!(snapshot.ready_to_use);
     drop(child);
 }
+
+/// Fills `dir`'s filesystem from outside, as anything else on the node may: a file written
+/// until ENOSPC; the bytes written.
+fn fill_from_outside(file: &Path) -> u64 {
+    let mut out = std::fs::File::create(file).unwrap();
+    let chunk = vec![3u8; 1 << 20];
+    let mut written = 0;
+    while let Ok(n) = out.write(&chunk) {
+        if n == 0 {
+            break;
+        }
+        written += n as u64;
+    }
+    let _ = out.sync_all();
+    written
+}
+
+#[ignore = "needs root: real loop devices, XFS and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_snapshot_a_full_host_filesystem_never_fails_the_volumes_own_writes() {
+    let node = BlockNode::new(Kind::Xfs);
+    let (state, sandbox) = (node.state.clone(), &node.sandbox);
+    let (child, mut csi) = spawn(sandbox.path(), &state).await;
+    let (id, target) = attached(&mut csi, sandbox, "pvc-shared").await;
+    let data = target.join("data");
+    let write_all = |seed: u8| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .open(&data)?;
+        file.write_all(&pattern(seed, 8 << 20))?;
+        file.sync_all()
+    };
+    write_all(1).expect("the first content");
+    let snapshot = csi.snapshot("before", &id).await;
+    let unshared = crate::common::wait_until(Duration::from_secs(30), || {
+        child
+            .stderr()
+            .contains(&format!("unshared snapshot {}", snapshot.snapshot_id))
+    })
+    .await;
+    let filled = fill_from_outside(&node.fs.path().join("filler"));
+    // The pod overwrites all it had: every block it shared with the snapshot is written.
+    let rewritten = write_all(2);
+    let read_back = std::fs::read(&data).map(|d| d == pattern(2, 8 << 20));
+    csi.unpublish_and_unstage(&id, &target, &sandbox.dir("pvc-shared-staging"))
+        .await;
+    let _ = std::fs::remove_file(node.fs.path().join("filler"));
+    let volume_fsck = common_fsck(&image(&state, &id));
+    let snapshot_fsck = common_fsck(&snapshot_image(&state, &snapshot.snapshot_id));
+    eprintln!(
+        "snapshot unshared {unshared}; {filled} bytes filled the host from outside; the pod's \
+         rewrite of 8 MiB: {rewritten:?}, read back {read_back:?}; e2fsck of the volume \
+         {volume_fsck:?}, of the snapshot {snapshot_fsck:?}"
+    );
+    assert!(unshared, "{}", child.stderr());
+    assert!(
+        rewritten.is_ok() && read_back.is_ok_and(|same| same),
+        "{rewritten:?}"
+    );
+    assert_eq!(
+        (volume_fsck.0, snapshot_fsck.0),
+        (0, 0),
+        "{volume_fsck:?} {snapshot_fsck:?}"
+    );
+    drop(child);
+}
+
+/// `e2fsck -fn`: its exit code and its summary line.
+fn common_fsck(image: &Path) -> (i32, String) {
+    let (code, text) = crate::common::scratch_fs::fsck(image);
+    let summary = text
+        .lines()
+        .find(|l| l.contains(" files ("))
+        .unwrap_or(&text);
+    (code, summary.to_owned())
+}

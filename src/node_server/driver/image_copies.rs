@@ -175,3 +175,43 @@ fn freeze_error_from<E: std::fmt::Display>(record: &Record) -> impl Fn(E) -> Vol
         source: std::io::Error::other(e.to_string()),
     }
 }
+
+/// Gives the file at `path` blocks of its own where a reflink shares them (a snapshot's copy
+/// of an image, or a restored or cloned image), on a thread at idle I/O priority, so that
+/// the live volume's writes never need a new block of the host filesystem: shared blocks are
+/// copied on write, and a host filesystem full by then would fail the write (the pod's fsync
+/// answered ENOSPC). It costs a copy of what the file holds, which `--capacity` counts
+/// already. Until it is done, a host filesystem filled by something else can still fail
+/// those writes.
+pub(super) fn unshare_in_background(path: std::path::PathBuf, what: String) {
+    let said = what.clone();
+    let spawned = std::thread::Builder::new()
+        .name("unshare".into())
+        .spawn(move || {
+            if let Err(e) = crate::linux::ioprio::idle_for_this_thread() {
+                log::debug!("unsharing at normal priority: {e}");
+            }
+            let started = Instant::now();
+            let unshared = File::options().write(true).open(&path).and_then(|file| {
+                let len = i64::try_from(file.metadata()?.len()).unwrap_or(i64::MAX);
+                let flags = nix::fcntl::FallocateFlags::FALLOC_FL_UNSHARE_RANGE;
+                nix::fcntl::fallocate(&file, flags, 0, len)?;
+                file.sync_all()
+            });
+            match unshared {
+                Ok(()) => log::info!(
+                    "unshared {what} in {:?}: its blocks are its own",
+                    started.elapsed()
+                ),
+                // Nothing shared, or a filesystem without reflinks: nothing to do.
+                Err(e) if e.raw_os_error() == Some(nix::libc::EOPNOTSUPP) => {}
+                Err(e) => log::warn!(
+                    "could not unshare {what}: {e}; until its blocks are its own, a full host \
+                     filesystem fails the volume's writes to blocks it shares"
+                ),
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("{said} stays shared: no thread to unshare it: {e}");
+    }
+}

@@ -7,9 +7,12 @@
 use std::path::PathBuf;
 
 use super::Driver;
+use super::image_copies::unshare_in_background;
 use crate::node_server::state::snapshots::SnapshotError;
 use crate::node_server::state::snapshots::{Group, Snapshot};
 use crate::node_server::state::sources::{snapshot_key, volume_key};
+use crate::node_server::state::state_dir::block_image_in;
+use crate::node_server::state::volumes::Layout;
 
 /// Whether two lists of IDs hold the same IDs (the CSI compares sets).
 fn same_set(a: &[String], b: &[String]) -> bool {
@@ -36,6 +39,7 @@ impl Driver {
             snapshot.name = name.to_owned();
         }
         self.commit(&cut, None)?;
+        self.unshare_images(&cut);
         Ok(cut.remove(0))
     }
 
@@ -87,6 +91,7 @@ impl Driver {
             created: members.first().map(|m| m.created).unwrap_or_default(),
         };
         self.commit(&members, Some(&group))?;
+        self.unshare_images(&members);
         log::info!(
             "created group snapshot {} of {} volume(s)",
             group.id,
@@ -180,6 +185,20 @@ impl Driver {
             return Err(e.into());
         }
         Ok(snapshots)
+    }
+
+    /// Gives each image volume's snapshot among `snapshots` blocks of its own, in the
+    /// background, so the volume's writes never meet a full host filesystem (see
+    /// [`unshare_in_background`]).
+    fn unshare_images(&self, snapshots: &[Snapshot]) {
+        for snapshot in snapshots.iter().filter(|s| s.layout == Layout::Image) {
+            let what = format!(
+                "snapshot {} of volume {}",
+                snapshot.id, snapshot.source_volume
+            );
+            let path = block_image_in(&self.snapshots.path_of(&snapshot.id));
+            unshare_in_background(path, what);
+        }
     }
 
     /// Records what [`cut_volumes`](Self::cut_volumes) cut; on failure gives its bytes back.

@@ -4,10 +4,12 @@
 
 use super::Driver;
 use super::controller_error::{ControllerError, access_name};
+use super::image_copies::unshare_in_background;
 use crate::linux::{ext4_image, loopdev};
 use crate::node_server::state::attributes::Attributes;
 use crate::node_server::state::capacity;
 use crate::node_server::state::sources::volume_key;
+use crate::node_server::state::state_dir::block_image_in;
 use crate::node_server::state::volumes::{ContentSource, Layout, Record, VolumeError};
 
 /// What a CreateVolume asks a volume to be: a device or a filesystem, and how it is kept.
@@ -93,7 +95,7 @@ impl Driver {
                     layout,
                     ..Default::default()
                 };
-                self.volumes.create_with(record, |record| {
+                let created = self.volumes.create_with(record, |record| {
                     let dir = &self.volumes.path_of(&record.id);
                     if block {
                         return self.fill_block(dir, content.as_ref(), capacity);
@@ -106,7 +108,15 @@ impl Driver {
                     }
                     // After the copy, which may have carried the source's root mode.
                     Ok(self.volumes.storage_of(record).apply_root_mode(record)?)
-                })
+                })?;
+                // A restored or cloned image shares its source's blocks: its own writes must
+                // not need new ones.
+                if created.is_image() && content.is_some() {
+                    let file = block_image_in(&self.volumes.path_of(&created.id));
+                    let what = format!("volume {}, made from {:?}", created.id, created.source);
+                    unshare_in_background(file, what);
+                }
+                Ok(created)
             }
         }
     }
