@@ -354,9 +354,11 @@ async fn after_a_snapshot_a_full_host_filesystem_never_fails_the_volumes_own_wri
     let (child, mut csi) = spawn(sandbox.path(), &state).await;
     let (id, target) = attached(&mut csi, sandbox, "pvc-shared").await;
     let data = target.join("data");
+    // Rewritten in place, not truncated: the same blocks, shared with the snapshot.
     let write_all = |seed: u8| -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
+            .truncate(false)
             .write(true)
             .open(&data)?;
         file.write_all(&pattern(seed, 8 << 20))?;
