@@ -7,6 +7,9 @@
 //!   with the members copied back to back (as the GroupController does) and in parallel
 //!   threads.
 //!
+//! - the same calls on image volumes (`layout: image`): one instant each, a reflink of the
+//!   volume's file where the filesystem has them, whatever the files inside.
+//!
 //! Needs root in a private mount namespace; `scripts/bench-storage.sh grpc` sets that up.
 //! Scratch images go under `BENCH_DIR` (6 GiB sparse, one at a time); `BENCH_FS` picks
 //! filesystems, as for `storage_bench`.
@@ -33,6 +36,18 @@ mod bench;
 use bench::scratch_fs::{Kind, ScratchFs};
 use bench::selected;
 use bench::{GIB, mib};
+
+/// An image volume's request (`layout: image`): `request`'s, with the parameter.
+fn image_request(
+    name: &str,
+    bytes: u64,
+    source: Option<volume_content_source::Type>,
+) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        parameters: [("layout".into(), "image".into())].into(),
+        ..request(name, bytes, source)
+    }
+}
 
 fn request(
     name: &str,
@@ -76,6 +91,42 @@ impl Bench {
             .expect("volume")
             .volume_id;
         bench::volume(&self.state.volume(&id), files, bytes);
+        id
+    }
+
+    /// An image volume of `bytes` whose file holds `bytes` written in `chunks` pieces, as a
+    /// volume holding `bytes` in as many files would (its ext4 cannot be grown past 16 MiB to
+    /// fill it through a mount where root lacks CAP_SYS_RESOURCE; a copy of the file costs
+    /// what its extents cost, whatever the files inside).
+    async fn image_volume(&mut self, name: &str, chunks: u64, bytes: u64) -> String {
+        let mut c = self.controller.clone();
+        let create = c.create_volume(image_request(name, bytes, None));
+        let id = self
+            .measure(
+                &format!("CreateVolume, image of {} MiB", bytes >> 20),
+                create,
+            )
+            .await
+            .expect("create")
+            .into_inner()
+            .volume
+            .expect("volume")
+            .volume_id;
+        let file = self.state.volume(&id).join("volume.img");
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .expect("image");
+        let size = (bytes / chunks) as usize;
+        let mut buf = vec![0u8; size];
+        // Past the template's 16 MiB, which hold its empty filesystem.
+        let start = 16 << 20;
+        for i in 0..chunks {
+            bench::fill(&mut buf, i);
+            let at = start + (i * size as u64) % (bytes - start - size as u64);
+            std::os::unix::fs::FileExt::write_all_at(&out, &buf, at).expect("write");
+        }
+        out.sync_all().expect("sync");
         id
     }
 
@@ -221,6 +272,74 @@ async fn group(b: &mut Bench) {
     );
 }
 
+/// The same calls on image volumes (`layout: image`): a snapshot, restore and clone of one
+/// 1 GiB image, a group of four of 256 MiB.
+async fn images(b: &mut Bench) {
+    let id = b.image_volume("image-source", 10_000, GIB).await;
+    let mut c = b.controller.clone();
+    let snapshot = CreateSnapshotRequest {
+        name: "image-snap".into(),
+        source_volume_id: id.clone(),
+        ..Default::default()
+    };
+    let snapshot = b
+        .measure("CreateSnapshot, image", c.create_snapshot(snapshot))
+        .await;
+    let snapshot_id = (snapshot.expect("snapshot").into_inner().snapshot)
+        .expect("a snapshot")
+        .snapshot_id;
+    let source = volume_content_source::Type::Snapshot(volume_content_source::SnapshotSource {
+        snapshot_id: snapshot_id.clone(),
+    });
+    let restore = image_request("image-restored", 0, Some(source));
+    b.measure(
+        "CreateVolume from the snapshot, image",
+        c.create_volume(restore),
+    )
+    .await
+    .expect("restore");
+    let source = volume_content_source::Type::Volume(volume_content_source::VolumeSource {
+        volume_id: id.clone(),
+    });
+    let clone = image_request("image-clone", 0, Some(source));
+    b.measure(
+        "CreateVolume cloning the volume, image",
+        c.create_volume(clone),
+    )
+    .await
+    .expect("clone");
+    let delete = DeleteSnapshotRequest {
+        snapshot_id,
+        ..Default::default()
+    };
+    b.measure("DeleteSnapshot, image", c.delete_snapshot(delete))
+        .await
+        .expect("delete");
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(
+            b.image_volume(&format!("image-member{i}"), 2_500, GIB / 4)
+                .await,
+        );
+    }
+    let create = CreateVolumeGroupSnapshotRequest {
+        name: "image-group".into(),
+        source_volume_ids: ids,
+        ..Default::default()
+    };
+    let mut g = b.group.clone();
+    b.measure(
+        "CreateVolumeGroupSnapshot, 4 images",
+        g.create_volume_group_snapshot(create),
+    )
+    .await
+    .expect("group");
+    println!(
+        "  (the extra space above is the reflinks' until the background unshare of each copy, \
+         which --capacity counts in full)"
+    );
+}
+
 async fn run(kind: Kind) {
     println!("{kind:?}: through gRPC, 1 GiB in 10,000 files; a group of 4 × 2,500 files");
     let fs = ScratchFs::sized(kind, "noatime", 6 * GIB);
@@ -250,6 +369,8 @@ async fn run(kind: Kind) {
     };
     single(&mut bench).await;
     group(&mut bench).await;
+    println!("{kind:?}: the same through gRPC on image volumes (layout: image)");
+    images(&mut bench).await;
     trigger.fire();
     server.await.expect("join").expect("serve");
 }

@@ -182,6 +182,47 @@ impl Driver {
         Ok(())
     }
 
+    /// An ephemeral image volume's file, as [`Self::fill_image`] makes a provisioned one's.
+    pub(super) fn fill_ephemeral_image(&self, dir: &Path, bytes: u64) -> Result<(), NodeError> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(PathIoError::at("set the mode of", dir))
+            .map_err(VolumeError::from)?;
+        let image = block_image_in(dir);
+        loopdev::create_backing_file_with(&image, bytes, |file| {
+            ext4_image::write_thick(file, bytes)
+        })?;
+        Ok(())
+    }
+
+    /// NodePublishVolume of an ephemeral image volume (opened, `created` now or before): its
+    /// filesystem mounted at the target itself, as a stage mounts a provisioned one's at its
+    /// staging path, with the request's options and group. A first publish that fails leaves
+    /// no volume behind.
+    pub(super) fn publish_ephemeral_image(
+        &self,
+        req: &PublishRequest,
+        record: &Record,
+        created: bool,
+        target: &Path,
+    ) -> Result<Published, NodeError> {
+        let made = bind_mounts::make_mount_point(Field::TargetPath, target);
+        let staged = made.map_err(NodeError::from).and_then(|made| {
+            self.stage_image(record, target, req.options, req.group)?;
+            Ok(Published::Mounted { created: made })
+        });
+        if staged.is_err() && created {
+            let table = self.mounter.mount_table()?;
+            if let Err(e) = self.volumes.delete(&record.id, &table) {
+                log::warn!(
+                    "ephemeral volume {} of a failed publish stays: {e}",
+                    record.id
+                );
+            }
+        }
+        staged
+    }
+
     /// Readies the filesystem of `record` through its `root`, before any path shows it: its
     /// UUID (the volume's own, so that restores and clones never share one), its size (grown
     /// to the device's, if smaller), its root's mode and group.

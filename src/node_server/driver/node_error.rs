@@ -79,6 +79,9 @@ pub enum NodeError {
     NotEphemeral { id: String },
     #[error(transparent)]
     EphemeralSize(QuantityError),
+    /// An inline volume's `layout` attribute is neither `directory` nor `image`.
+    #[error(transparent)]
+    EphemeralLayout(crate::node_server::state::attributes::ParameterError),
     #[error("statistics of {}: {source}", dir.display())]
     Stats {
         dir: PathBuf,

@@ -193,7 +193,11 @@ impl Driver {
         let (record, created) = match (record, &req.ephemeral) {
             (Some(record), _) => (record, false),
             (None, Some(context)) => {
-                let (opened, created) = ephemeral::open(&self.volumes, id, context)?;
+                let fill = |dir: &Path, bytes| self.fill_ephemeral_image(dir, bytes);
+                let (opened, created) = ephemeral::open(&self.volumes, id, context, fill)?;
+                if opened.is_image() {
+                    return self.publish_ephemeral_image(req, &opened, created, target);
+                }
                 found = opened;
                 (&found, created)
             }
@@ -239,6 +243,12 @@ impl Driver {
         let created = (record.targets.iter()).any(|t| t.path == target && t.created);
         if record.block {
             self.unpublish_block(&record, &target, created)?;
+        } else if record.is_image() && record.ephemeral {
+            // Mounted at the target itself: unmounted there, its device detached.
+            self.unstage_image(&record, &target)?;
+            if created {
+                bind_mounts::remove_mount_point(&target)?;
+            }
         } else if record.is_image() {
             if self.unpublish_image(&record, &target)? {
                 log::debug!("unpublished volume {id} from {}", target.display());

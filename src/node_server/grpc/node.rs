@@ -39,7 +39,8 @@ fn status(error: NodeError) -> Status {
         | E::OtherCallsPath { .. }
         | E::InsideVolume { .. }
         | E::Bind(P::NoParent { .. })
-        | E::EphemeralSize(_) => Code::InvalidArgument,
+        | E::EphemeralSize(_)
+        | E::EphemeralLayout(_) => Code::InvalidArgument,
         // "Exceeds capabilities": a block capability for a directory, or the other way round.
         E::AccessType { .. } => Code::FailedPrecondition,
         // Another driver's or an administrator's device on the file, or a node that is not
