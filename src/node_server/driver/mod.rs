@@ -6,8 +6,9 @@
 //! - `node_ops` — the Node service: stage, unstage, publish, unpublish, stats, expand;
 //!   `mount_points` — the checks every request path goes through first; `bind_mounts` — bind
 //!   mounts decided from the kernel; `block` — raw block volumes on loop devices; `image` —
-//!   image volumes, a filesystem of their own on a loop device;
-//!   `ephemeral` — inline volumes.
+//!   image volumes, a filesystem of their own on a loop device; `image_copies` — their
+//!   snapshots and clones' sources, frozen for the copy, and the copies unshared after;
+//!   `image_growth` — their expansion; `ephemeral` — inline volumes.
 //! - `volume_ops` — CreateVolume, DeleteVolume, ControllerExpandVolume; `content` — restores
 //!   and clones; `snapshot_ops` — snapshots and groups; `modify` — ControllerModifyVolume.
 //! - `quota_patrol` — the background walk that sets back files taken out of their volume's
