@@ -2,7 +2,8 @@
 # Prints figures for storage: snapshot/restore of a 1 GiB, 10,000-file volume with and without
 # reflinks on XFS, btrfs and ext4 loop filesystems, by the copy engine alone and through
 # node-server's gRPC path (CreateSnapshot, restore, clone, a group snapshot and the spread of
-# its members); copy_file of a sparse block image; loop device attach/detach and look-up.
+# its members), then the same calls on image volumes (layout: image) in the same run; copy_file
+# of a sparse block image; loop device attach/detach and look-up.
 # Needs root, mkfs.xfs, mkfs.btrfs and mkfs.ext4; runs in a private mount namespace. An
 # argument (trees, images, loops, grpc) runs one part. BENCH_DIR: where the scratch images go
 # (up to 6 GiB sparse, one at a time); BENCH_FS=xfs,btrfs,ext4 picks filesystems.

@@ -210,13 +210,16 @@ fn attacks(dir: PathBuf) -> Vec<(&'static str, Outcome)> {
         "a project ID of 0 and PROJINHERIT cleared, then writes",
         as_pod(move || {
             // What escapes a directory volume's project quota; here there is no quota to
-            // escape, the filesystem ends where the file does.
-            let status = std::process::Command::new("chattr")
+            // escape, the filesystem ends where the file does. The pod's own directory.
+            let own = d.join("escape");
+            std::fs::create_dir(&own).expect("the pod's directory");
+            let changed = std::process::Command::new("chattr")
                 .args(["-p", "0", "-P"])
-                .arg(&d)
+                .arg(&own)
+                .stderr(std::process::Stdio::null())
                 .status();
-            let _ = status;
-            write_until_refused(d.join("p"), false)
+            let _ = changed;
+            write_until_refused(own.join("p"), false)
         }),
     ));
     outcomes

@@ -290,8 +290,8 @@ async fn a_group_of_image_volumes_cut_while_a_writer_appends_to_both_in_turn_alw
 
 #[ignore = "needs root: real loop devices, ext4 and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_filesystem_frozen_by_another_refuses_a_snapshot_and_one_left_frozen_is_thawed_at_start()
-{
+async fn a_filesystem_frozen_by_another_refuses_a_snapshot_and_only_one_node_server_left_frozen_is_thawed_at_start()
+ {
     let node = BlockNode::new(Kind::Ext4);
     let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let (child, mut csi) = spawn(sandbox.path(), &state).await;
@@ -306,25 +306,44 @@ async fn a_filesystem_frozen_by_another_refuses_a_snapshot_and_one_left_frozen_i
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains("freeze"), "{}", err.message());
-    // As a node-server killed between its freeze and its thaw leaves it: the next start
-    // thaws it, and a write goes through.
+    // Restarted: an administrator's freeze is not node-server's to undo.
+    drop(child);
+    let (child, _csi) = spawn(sandbox.path(), &state).await;
+    let frozen = nix::sys::statvfs::statvfs(&target).map(|_| ());
+    assert!(frozen.is_ok());
+    let write = |name: &'static str| {
+        let file = target.join(name);
+        tokio::task::spawn_blocking(move || std::fs::write(file, b"written"))
+    };
+    let held = tokio::time::timeout(Duration::from_secs(2), write("while-frozen")).await;
+    assert!(held.is_err(), "the administrator's freeze holds: {held:?}");
+    assert!(
+        !child.stderr().contains("left frozen"),
+        "{}",
+        child.stderr()
+    );
+    // As a node-server killed between its freeze and its thaw leaves it (the freeze and its
+    // mark): the next start thaws it, the held write goes through, and the mark goes.
+    let mark = state.join("meta").join(format!("{id}.frozen"));
+    std::fs::write(&mark, b"").unwrap();
     drop(child);
     let (child, mut csi) = spawn(sandbox.path(), &state).await;
-    let wrote = tokio::task::spawn_blocking({
-        let file = target.join("after");
-        move || std::fs::write(file, b"thawed")
-    });
-    let wrote = tokio::time::timeout(Duration::from_secs(20), wrote).await;
+    let wrote = tokio::time::timeout(Duration::from_secs(20), write("after")).await;
     assert!(
         matches!(wrote, Ok(Ok(Ok(())))),
         "the write still waits: {wrote:?}\n{}",
         child.stderr()
     );
     assert!(
+        target.join("while-frozen").exists(),
+        "the held write went through"
+    );
+    assert!(
         child.stderr().contains("left frozen by a crash"),
         "{}",
         child.stderr()
     );
+    assert!(!mark.exists(), "the mark goes with the thaw");
     let snapshot = csi.snapshot("s", &id).await;
     assert!(snapshot.ready_to_use);
     drop(child);

@@ -9,9 +9,11 @@
 //! of what the file holds, and writers wait for it; the time they were held is logged.
 //!
 //! A frozen filesystem holds its writers until it is thawed: [`Frozen`] thaws when it drops,
-//! on every path, and a start-up thaws what a crash left frozen ([`Driver::thaw_images`]).
+//! on every path, and a start-up thaws what a crash left frozen ([`Driver::thaw_images`]):
+//! only what node-server marked, never a filesystem an administrator froze (`fsfreeze`).
 
 use std::fs::File;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::errno::Errno;
@@ -19,14 +21,14 @@ use nix::errno::Errno;
 use super::Driver;
 use super::image::open_root;
 use crate::linux::ext4_image;
-use crate::linux::loopdev::{Found, Identity};
 use crate::node_server::state::volumes::{Record, VolumeError};
 
-/// An image volume's filesystem, frozen until this drops.
+/// An image volume's filesystem, frozen until this drops; its mark says so until the thaw.
 #[derive(Debug)]
 pub struct Frozen {
     id: String,
     root: File,
+    mark: PathBuf,
     since: Instant,
 }
 
@@ -38,10 +40,16 @@ impl Drop for Frozen {
                 self.id,
                 self.since.elapsed()
             ),
-            Err(e) => log::error!(
-                "could not thaw the filesystem of volume {}: its writers wait: {e}",
-                self.id
-            ),
+            Err(e) => {
+                // The mark stays: the next start tries again.
+                return log::error!(
+                    "could not thaw the filesystem of volume {}: its writers wait: {e}",
+                    self.id
+                );
+            }
+        }
+        if let Err(e) = std::fs::remove_file(&self.mark) {
+            log::warn!("the freeze mark {} stays: {e}", self.mark.display());
         }
     }
 }
@@ -49,7 +57,10 @@ impl Drop for Frozen {
 impl Driver {
     /// Syncs, then freezes, the filesystem of each image volume of `records` that is mounted
     /// (the others need nothing: nothing writes to their files); they thaw as the guards drop.
-    /// Every one is synced before the first freezes, so the freezes come close together.
+    /// Every one is synced before the first freezes, so the freezes come close together. Each
+    /// freeze is marked first (`<id>.frozen` beside its record; no sync, as a power cut thaws
+    /// everything anyway), so that a start after a crash thaws what this froze, and nothing an
+    /// administrator froze.
     pub(super) fn freeze_images(&self, records: &[Record]) -> Result<Vec<Frozen>, VolumeError> {
         let mut roots = Vec::new();
         for record in records.iter().filter(|r| r.is_image()) {
@@ -60,20 +71,28 @@ impl Driver {
         }
         let mut frozen = Vec::with_capacity(roots.len());
         for (id, root) in roots {
-            match ext4_image::freeze(&root) {
-                Ok(()) => frozen.push(Frozen {
-                    id,
-                    root,
-                    since: Instant::now(),
-                }),
-                Err(source) => {
-                    return Err(VolumeError::Freeze {
-                        id,
-                        op: "freeze",
-                        source: source.into(),
-                    });
-                }
+            let mark = self.state_dir.volume_records().frozen_mark(&id);
+            let marked = File::create(&mark).map_err(|source| VolumeError::Freeze {
+                id: id.clone(),
+                op: "mark the freeze of",
+                source,
+            });
+            if let Err(e) = marked.and_then(|_| {
+                ext4_image::freeze(&root).map_err(|source| VolumeError::Freeze {
+                    id: id.clone(),
+                    op: "freeze",
+                    source: source.into(),
+                })
+            }) {
+                let _ = std::fs::remove_file(&mark);
+                return Err(e);
             }
+            frozen.push(Frozen {
+                id,
+                root,
+                mark,
+                since: Instant::now(),
+            });
         }
         Ok(frozen)
     }
@@ -108,50 +127,49 @@ impl Driver {
         }
     }
 
-    /// Thaws the filesystem of every image volume that is mounted: a node-server killed
-    /// between a freeze and its thaw leaves the filesystem frozen and its writers waiting.
-    /// Run at start-up, with one read of the mount table and one stat per image volume; a
-    /// filesystem that was not frozen answers EINVAL, which is fine.
+    /// Thaws the filesystem of each image volume whose freeze mark a crash left (a
+    /// node-server killed between its freeze and its thaw leaves the filesystem frozen and
+    /// its pod's writers waiting), and removes the mark; a filesystem no longer frozen (the
+    /// node rebooted) answers EINVAL, which is fine. Run at start-up: one `stat` per image
+    /// volume, and a look at the mounts only for a marked one.
     pub(super) fn thaw_images(&self) {
-        let files: Vec<Identity> = self.volumes.records().with_all(|all| {
-            (all.values().filter(|r| r.is_image()))
-                .filter_map(|r| Identity::of(&self.image_of(&r.id)).ok())
-                .collect()
+        let images = (self.volumes.records()).with_all(|all| {
+            all.values()
+                .filter(|r| r.is_image())
+                .cloned()
+                .collect::<Vec<_>>()
         });
-        if files.is_empty() {
-            return;
-        }
-        let table = match self.mounter.mount_table() {
-            Ok(table) => table,
-            Err(e) => return log::error!("image volumes left frozen by a crash stay so: {e}"),
-        };
-        let mut seen = std::collections::BTreeSet::new();
-        for entry in table.entries() {
-            if entry.root.as_deref() != Some("/".as_ref()) || !seen.insert(entry.dev) {
+        for record in images {
+            let mark = self.state_dir.volume_records().frozen_mark(&record.id);
+            if !mark.exists() {
                 continue;
             }
-            let Ok(Some(status)) = self.loops.with_number(entry.dev) else {
-                continue;
-            };
-            if !files.iter().any(|file| status.is_ours_for(*file)) {
-                continue;
-            }
-            let found = Found {
-                ours: vec![status],
-                foreign: Vec::new(),
-            };
-            let at = entry.mount_point.display();
-            let root = match open_root(&entry.mount_point, &found) {
-                Ok(root) => root,
+            let thawed = match self.mounted_root(&record) {
+                Ok(Some(root)) => match ext4_image::thaw(&root) {
+                    Ok(()) => {
+                        log::warn!(
+                            "thawed the filesystem of volume {}, left frozen by a crash",
+                            record.id
+                        );
+                        true
+                    }
+                    Err(Errno::EINVAL) => true,
+                    Err(e) => {
+                        log::error!("could not thaw volume {}: {e}", record.id);
+                        false
+                    }
+                },
+                Ok(None) => true,
                 Err(e) => {
-                    log::error!("could not check the filesystem at {at} is not frozen: {e}");
-                    continue;
+                    log::error!(
+                        "could not find volume {}'s filesystem to thaw: {e}",
+                        record.id
+                    );
+                    false
                 }
             };
-            match ext4_image::thaw(&root) {
-                Ok(()) => log::warn!("thawed the filesystem at {at}, left frozen by a crash"),
-                Err(Errno::EINVAL) => {}
-                Err(e) => log::error!("could not thaw the filesystem at {at}: {e}"),
+            if thawed && let Err(e) = std::fs::remove_file(&mark) {
+                log::warn!("the freeze mark {} stays: {e}", mark.display());
             }
         }
     }
@@ -176,6 +194,9 @@ fn freeze_error_from<E: std::fmt::Display>(record: &Record) -> impl Fn(E) -> Vol
     }
 }
 
+/// How much of a file one unshare step copies: 16 MiB, a few milliseconds of I/O.
+const UNSHARE_RANGE: i64 = 16 << 20;
+
 /// Gives the file at `path` blocks of its own where a reflink shares them (a snapshot's copy
 /// of an image, or a restored or cloned image), on a thread at idle I/O priority, so that
 /// the live volume's writes never need a new block of the host filesystem: shared blocks are
@@ -195,7 +216,15 @@ pub(super) fn unshare_in_background(path: std::path::PathBuf, what: String) {
             let unshared = File::options().write(true).open(&path).and_then(|file| {
                 let len = i64::try_from(file.metadata()?.len()).unwrap_or(i64::MAX);
                 let flags = nix::fcntl::FallocateFlags::FALLOC_FL_UNSHARE_RANGE;
-                nix::fcntl::fallocate(&file, flags, 0, len)?;
+                // A range at a time: the file's I/O lock is held for one range only, so
+                // a restore or clone of it (a reflink, which takes that lock) waits for
+                // one range, not for the whole copy.
+                let mut at = 0;
+                while at < len {
+                    let range = UNSHARE_RANGE.min(len - at);
+                    nix::fcntl::fallocate(&file, flags, at, range)?;
+                    at += range;
+                }
                 file.sync_all()
             });
             match unshared {

@@ -319,6 +319,12 @@ impl RecordDir {
         self.0.join(format!("{id}{MOUNT_NOTES_SUFFIX}"))
     }
 
+    /// The mark of a freeze of volume `id`'s filesystem, there from just before the freeze
+    /// to just after the thaw: what a crash in between left frozen.
+    pub fn frozen_mark(&self, id: &str) -> PathBuf {
+        self.0.join(format!("{id}.frozen"))
+    }
+
     /// Where the mount notes of `id` are written before they are renamed into place.
     pub fn temporary_mount_notes(&self, id: &str) -> PathBuf {
         self.0
