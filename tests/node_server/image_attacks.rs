@@ -11,7 +11,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::image::{e2fsck, image_create, spawn};
+use super::image::{e2fsck, spawn};
+use super::image_copies::attached;
 use crate::common::csi_block::*;
 use crate::common::csi_node::*;
 use crate::common::scratch_fs::Kind;
@@ -232,17 +233,8 @@ async fn a_pod_attacking_its_image_volumes_size_every_known_way_never_passes_it(
     let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let (child, mut csi) = spawn(sandbox.path(), &state).await;
     let size = 16 * MIB;
-    let volume = (csi
-        .controller
-        .create_volume(image_create("pvc-hostile", size, &[]))
-        .await)
-        .expect("create")
-        .into_inner()
-        .volume
-        .unwrap();
-    let id = volume.volume_id;
-    let (staging, target) = (sandbox.dir("staging"), sandbox.dir("pods").join("hostile"));
-    csi.stage_and_publish(&id, &staging, &target, false).await;
+    let (id, target) = attached(&mut csi, sandbox, "pvc-hostile").await;
+    let staging = sandbox.dir("pvc-hostile-staging");
     let file = image(&state, &id);
     let held = |file: &Path| {
         let meta = std::fs::metadata(file).unwrap();

@@ -27,7 +27,11 @@ fn snapshot_image(state: &Path, snapshot_id: &str) -> PathBuf {
 /// Creates an image volume and stages and publishes it; its ID and its pod's path. 16 MiB,
 /// the template's size: growing a filesystem takes CAP_SYS_RESOURCE, which this machine's
 /// root may lack (the quota VM grows them).
-async fn attached(csi: &mut Csi, sandbox: &MountSandbox, name: &str) -> (String, PathBuf) {
+pub(super) async fn attached(
+    csi: &mut Csi,
+    sandbox: &MountSandbox,
+    name: &str,
+) -> (String, PathBuf) {
     let volume = (csi
         .controller
         .create_volume(image_create(name, 16 * MIB, &[]))
