@@ -15,6 +15,7 @@ mod group_snapshots;
 mod image;
 mod image_attacks;
 mod image_copies;
+mod image_full_host;
 mod image_inline;
 mod interrupted_delete;
 mod lifecycle;

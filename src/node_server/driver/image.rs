@@ -88,6 +88,31 @@ pub(super) fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
     Ok(root)
 }
 
+/// A new image file at `image`: the empty filesystem, allocated in full to `bytes`, made
+/// unnamed and linked once whole. A host filesystem without room for it is
+/// [`VolumeError::NoSpace`] (RESOURCE_EXHAUSTED), with what it has free.
+fn create_thick<E>(image: &Path, bytes: u64) -> Result<(), E>
+where
+    E: From<VolumeError> + From<loopdev::LoopError>,
+{
+    let made = loopdev::create_backing_file_with(image, bytes, |file| {
+        ext4_image::write_thick(file, bytes)
+    });
+    match made {
+        Ok(_) => Ok(()),
+        Err(loopdev::LoopError::Io(e)) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {
+            let dir = image.parent().unwrap_or(image);
+            let available = crate::node_server::state::capacity::free_bytes(dir).unwrap_or(0);
+            Err(VolumeError::NoSpace {
+                asked: bytes,
+                available,
+            }
+            .into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Grows the filesystem of volume `id`, of `bytes` now, mounted with its `root`, to its
 /// `device`'s size in whole blocks; the size it has then.
 pub(super) fn grow_to_device(
@@ -165,21 +190,10 @@ impl Driver {
             .map_err(VolumeError::from)?;
         let image = block_image_in(dir);
         let Some(content) = content else {
-            loopdev::create_backing_file_with(&image, bytes, |file| {
-                ext4_image::write_thick(file, bytes)
-            })?;
-            return Ok(());
+            return create_thick(&image, bytes);
         };
         content.fill(dir)?;
-        let allocate = |file: &File| -> std::io::Result<()> {
-            ext4_image::allocate(file, bytes)?;
-            file.sync_all()
-        };
-        (std::fs::OpenOptions::new().write(true).open(&image))
-            .and_then(|file| allocate(&file))
-            .map_err(PathIoError::at("allocate", &image))
-            .map_err(VolumeError::from)?;
-        Ok(())
+        Ok(super::image_growth::allocate_file(&image, bytes)?)
     }
 
     /// An ephemeral image volume's file, as [`Self::fill_image`] makes a provisioned one's.
@@ -189,10 +203,7 @@ impl Driver {
             .map_err(PathIoError::at("set the mode of", dir))
             .map_err(VolumeError::from)?;
         let image = block_image_in(dir);
-        loopdev::create_backing_file_with(&image, bytes, |file| {
-            ext4_image::write_thick(file, bytes)
-        })?;
-        Ok(())
+        create_thick(&image, bytes)
     }
 
     /// NodePublishVolume of an ephemeral image volume (opened, `created` now or before): its

@@ -16,19 +16,45 @@ use crate::linux::ext4_image;
 use crate::node_server::state::volumes::{Record, VolumeError};
 use crate::path_io::PathIoError;
 
+/// Allocates every hole of the file at `image` up to `bytes` (growing it to that size),
+/// durably. A host filesystem without room for it is [`VolumeError::NoSpace`], with what it
+/// has free (RESOURCE_EXHAUSTED at creation, not INTERNAL).
+pub(super) fn allocate_file(image: &Path, bytes: u64) -> Result<(), VolumeError> {
+    let allocate = |file: &File| -> std::io::Result<()> {
+        ext4_image::allocate(file, bytes)?;
+        file.sync_all()
+    };
+    let allocated =
+        (std::fs::OpenOptions::new().write(true).open(image)).and_then(|file| allocate(&file));
+    match allocated {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => {
+            let dir = image.parent().unwrap_or(image);
+            let available = crate::node_server::state::capacity::free_bytes(dir).unwrap_or(0);
+            Err(VolumeError::NoSpace {
+                asked: bytes,
+                available,
+            })
+        }
+        Err(e) => Err(PathIoError::new("allocate", image, e).into()),
+    }
+}
+
 impl Driver {
     /// Allocates the file of image volume `id` to `bytes`, durably: its new blocks are the
     /// volume's before any write needs them.
+    /// A host filesystem without room for it is [`VolumeError::NoRoomToGrow`] (OUT_OF_RANGE,
+    /// as a growth the capacity check refuses).
     pub(super) fn allocate_image(&self, id: &str, bytes: u64) -> Result<(), VolumeError> {
         let image = self.image_of(id);
-        let allocate = |file: &File| -> std::io::Result<()> {
-            ext4_image::allocate(file, bytes)?;
-            file.sync_all()
-        };
-        (std::fs::OpenOptions::new().write(true).open(&image))
-            .and_then(|file| allocate(&file))
-            .map_err(PathIoError::at("allocate", &image))?;
-        Ok(())
+        let held = std::fs::metadata(&image).map_or(0, |meta| meta.len());
+        allocate_file(&image, bytes).map_err(|e| match e {
+            VolumeError::NoSpace { available, .. } => VolumeError::NoRoomToGrow {
+                growth: bytes.saturating_sub(held),
+                available,
+            },
+            other => other,
+        })
     }
 
     /// NodeExpandVolume of an image volume whose filesystem is mounted at `path`: the file

@@ -158,7 +158,15 @@ impl Driver {
         if record.is_image() {
             let required = image_size(required, limit)?;
             let capacity = self.expand_accounted(&record, required, limit)?;
-            self.allocate_image(id, capacity)?;
+            if let Err(e) = self.allocate_image(id, capacity) {
+                // No room for the file after all: the record goes back to what the file is.
+                if capacity > record.capacity
+                    && let Err(left) = self.volumes.resize(id, record.capacity)
+                {
+                    log::error!("volume {id} stays recorded at {capacity} bytes: {left}");
+                }
+                return Err(e.into());
+            }
             return Ok((capacity, true));
         }
         if record.block {
