@@ -6,7 +6,9 @@
 //!   directory) beside them, and when that orphan was gone;
 //! - NodeGetVolumeStats for `STATS` staged volumes, one round as the kubelet asks every 60 s:
 //!   the CPU time node-server spent on it (user + system, from `/proc/<pid>/task/*/schedstat`,
-//!   and the kernel's clock ticks of `/proc/<pid>/stat` beside it) and the round's wall time.
+//!   and the kernel's clock ticks of `/proc/<pid>/stat` beside it) and the round's wall time;
+//! - `IMAGES` image volumes of 16 MiB made and staged (a loop device and a mounted ext4 each):
+//!   the memory each costs, a stats round, and the start-up with all of them attached.
 //!
 //! Runs the binary `benches/support` picks (static release build, else
 //! `target/release/csi-nodekit`; `NODEKIT_BIN` overrides). Needs root in a private mount
@@ -264,10 +266,115 @@ async fn main() {
         ticks,
         ns as f64 / 1e3 / stats_volumes as f64
     );
+    for (id, staging) in &staged {
+        let request = NodeUnstageVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+        };
+        node.node_unstage_volume(request).await.expect("unstage");
+    }
+    let images = count("IMAGES", 500);
+    if images > 0 {
+        attached_images(&dir, &state, server, images, runs).await;
+    } else {
+        drop(server);
+    }
     println!("load after: {}", loadavg());
-    drop(node);
-    drop(server);
-    for (_, staging) in &staged {
-        let _ = nix::mount::umount2(staging, nix::mount::MntFlags::MNT_DETACH);
+}
+
+/// Memory the kernel has given out (MemTotal less MemAvailable), in bytes.
+fn memory_in_use() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let field = |name: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(name)).expect("meminfo field");
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib << 10
+    };
+    field("MemTotal:") - field("MemAvailable:")
+}
+
+/// node-server's resident memory, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
+}
+
+/// `count` image volumes of 16 MiB (`layout: image`) made and staged — each its own loop
+/// device and mounted ext4 — then: the memory each one costs (the kernel's, and
+/// node-server's), a stats round over them, and node-server's start-up with all of them
+/// attached (it looks for freezes a crash left: one `stat` each).
+async fn attached_images(dir: &Path, state: &Path, server: Server, count: usize, runs: usize) {
+    let mut controller = ControllerClient::new(server.channel.clone());
+    let mut node = NodeClient::new(server.channel.clone());
+    let pid = server.proc.0.id();
+    let (memory_before, rss_before) = (memory_in_use(), rss(pid));
+    let made = Instant::now();
+    let mut staged = Vec::new();
+    for i in 0..count {
+        let request = CreateVolumeRequest {
+            name: format!("image-{i}"),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 16 << 20,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![capability()],
+            parameters: [("layout".into(), "image".into())].into(),
+            ..Default::default()
+        };
+        let response = controller.create_volume(request).await.expect("create image");
+        let id = response.into_inner().volume.expect("volume").volume_id;
+        let staging: PathBuf = dir.join(format!("image-staging-{i}"));
+        std::fs::create_dir_all(&staging).expect("staging dir");
+        let request = NodeStageVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(capability()),
+            ..Default::default()
+        };
+        node.node_stage_volume(request).await.expect("stage image");
+        staged.push((id, staging));
+    }
+    let took = made.elapsed();
+    let (memory_after, rss_after) = (memory_in_use(), rss(pid));
+    println!(
+        "{count} image volumes of 16 MiB made and staged (a loop device and an ext4 mount          each) in {took:.1?}: {:.0} KiB of the kernel's memory each (MemTotal - MemAvailable,          the whole machine's, so a noisy figure), node-server's RSS {:.1} -> {:.1} MB",
+        (memory_after.saturating_sub(memory_before)) as f64 / 1024.0 / count as f64,
+        rss_before as f64 / 1e6,
+        rss_after as f64 / 1e6
+    );
+    let started = Instant::now();
+    for (id, staging) in &staged {
+        let request = NodeGetVolumeStatsRequest {
+            volume_id: id.clone(),
+            volume_path: staging.display().to_string(),
+            ..Default::default()
+        };
+        node.node_get_volume_stats(request).await.expect("stats");
+    }
+    println!(
+        "NodeGetVolumeStats of {count} staged image volumes: {:.1?} in all",
+        started.elapsed()
+    );
+    drop((controller, node));
+    let times = restarts(dir, state, server, runs).await;
+    println!(
+        "start-up with {count} image volumes attached and mounted: first GetPluginInfo {}",
+        spread(&times)
+    );
+    let server = start(dir, state).await;
+    let mut node = NodeClient::new(server.channel.clone());
+    let mut controller = ControllerClient::new(server.channel.clone());
+    for (id, staging) in &staged {
+        let request = NodeUnstageVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+        };
+        node.node_unstage_volume(request).await.expect("unstage image");
+        let request = DeleteVolumeRequest {
+            volume_id: id.clone(),
+            ..Default::default()
+        };
+        controller.delete_volume(request).await.expect("delete image");
     }
 }
