@@ -282,7 +282,8 @@ async fn main() {
     println!("load after: {}", loadavg());
 }
 
-/// Memory the kernel has given out (MemTotal less MemAvailable), in bytes.
+/// The kernel's own memory (slab, kernel stacks, page tables), in bytes: what a loop device
+/// and a mounted filesystem add, without the page cache's coming and going.
 fn memory_in_use() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
     let field = |name: &str| -> u64 {
@@ -290,7 +291,7 @@ fn memory_in_use() -> u64 {
         let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         kib << 10
     };
-    field("MemTotal:") - field("MemAvailable:")
+    field("Slab:") + field("KernelStack:") + field("PageTables:")
 }
 
 /// node-server's resident memory, in bytes.
@@ -338,7 +339,9 @@ async fn attached_images(dir: &Path, state: &Path, server: Server, count: usize,
     let took = made.elapsed();
     let (memory_after, rss_after) = (memory_in_use(), rss(pid));
     println!(
-        "{count} image volumes of 16 MiB made and staged (a loop device and an ext4 mount          each) in {took:.1?}: {:.0} KiB of the kernel's memory each (MemTotal - MemAvailable,          the whole machine's, so a noisy figure), node-server's RSS {:.1} -> {:.1} MB",
+        "{count} image volumes of 16 MiB made and staged (a loop device and an ext4 mount \
+         each) in {took:.1?}: {:.0} KiB of the kernel's memory each (slab, kernel stacks and \
+         page tables, the whole machine's), node-server's RSS {:.1} -> {:.1} MB",
         (memory_after.saturating_sub(memory_before)) as f64 / 1024.0 / count as f64,
         rss_before as f64 / 1e6,
         rss_after as f64 / 1e6

@@ -439,8 +439,10 @@ impl Driver {
 
     /// NodeGetVolumeStats: bytes and inodes of the volume's own filesystem, mounted at `path`.
     pub(super) fn image_stats(&self, record: &Record, path: &Path) -> Result<Stats, NodeError> {
-        let found = self.image_devices(record)?;
-        let mounted = (self.mounter.mount_at(path)?).is_some_and(|top| is_ours(&found, top.shows));
+        let mounted = match self.mounter.mount_at(path)? {
+            Some(top) => self.shows_its_filesystem(record, top.shows)?,
+            None => false,
+        };
         let (statvfs, abnormal) = match mounted {
             true => {
                 let stat = nix::sys::statvfs::statvfs(path).map_err(|source| NodeError::Stats {
@@ -464,6 +466,24 @@ impl Driver {
             abnormal,
             block_capacity: None,
         })
+    }
+
+    /// Whether a mount showing `shown` is the root of the volume's filesystem on a device of
+    /// ours: the one device the mount names, asked of sysfs and its status, not a walk over
+    /// every loop device (stats are polled for every volume; 500 staged image volumes took
+    /// 16.6 ms a call that way, all of it the walk).
+    fn shows_its_filesystem(&self, record: &Record, shown: Shown) -> Result<bool, NodeError> {
+        if shown.ino != ROOT_INO {
+            return Ok(false);
+        }
+        let number = (nix::libc::major(shown.dev), nix::libc::minor(shown.dev));
+        let Some(status) = self.loops.with_number(number)? else {
+            return Ok(false);
+        };
+        let Ok(file) = loopdev::Identity::of(&self.image_of(&record.id)) else {
+            return Ok(false);
+        };
+        Ok(status.is_ours_for(file))
     }
 
     /// ControllerModifyVolume's `rootMode`, set at once on the root of the volume's filesystem
