@@ -287,7 +287,10 @@ async fn main() {
 fn memory_in_use() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
     let field = |name: &str| -> u64 {
-        let line = text.lines().find(|l| l.starts_with(name)).expect("meminfo field");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .expect("meminfo field");
         let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         kib << 10
     };
@@ -297,8 +300,16 @@ fn memory_in_use() -> u64 {
 /// node-server's resident memory, in bytes.
 fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() << 10
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        << 10
 }
 
 /// `count` image volumes of 16 MiB (`layout: image`) made and staged — each its own loop
@@ -323,7 +334,10 @@ async fn attached_images(dir: &Path, state: &Path, server: Server, count: usize,
             parameters: [("layout".into(), "image".into())].into(),
             ..Default::default()
         };
-        let response = controller.create_volume(request).await.expect("create image");
+        let response = controller
+            .create_volume(request)
+            .await
+            .expect("create image");
         let id = response.into_inner().volume.expect("volume").volume_id;
         let staging: PathBuf = dir.join(format!("image-staging-{i}"));
         std::fs::create_dir_all(&staging).expect("staging dir");
@@ -373,11 +387,16 @@ async fn attached_images(dir: &Path, state: &Path, server: Server, count: usize,
             volume_id: id.clone(),
             staging_target_path: staging.display().to_string(),
         };
-        node.node_unstage_volume(request).await.expect("unstage image");
+        node.node_unstage_volume(request)
+            .await
+            .expect("unstage image");
         let request = DeleteVolumeRequest {
             volume_id: id.clone(),
             ..Default::default()
         };
-        controller.delete_volume(request).await.expect("delete image");
+        controller
+            .delete_volume(request)
+            .await
+            .expect("delete image");
     }
 }
