@@ -23,6 +23,7 @@ use super::Driver;
 use super::bind_mounts::{self, BindError, Publication, Published};
 use super::content::Content;
 use super::controller_error::ControllerError;
+use super::image_growth::grow_to_device;
 use super::node_error::NodeError;
 use super::node_ops::{PublishRequest, Stats};
 use crate::csi_spec::Field;
@@ -91,7 +92,7 @@ pub(super) fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
 /// A new image file at `image`: the empty filesystem, allocated in full to `bytes`, made
 /// unnamed and linked once whole. A host filesystem without room for it is
 /// [`VolumeError::NoSpace`] (RESOURCE_EXHAUSTED), with what it has free.
-fn create_thick<E>(image: &Path, bytes: u64) -> Result<(), E>
+pub(super) fn create_thick<E>(image: &Path, bytes: u64) -> Result<(), E>
 where
     E: From<VolumeError> + From<loopdev::LoopError>,
 {
@@ -110,36 +111,6 @@ where
             .into())
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Grows the filesystem of volume `id`, of `bytes` now, mounted with its `root`, to its
-/// `device`'s size in whole blocks; the size it has then.
-pub(super) fn grow_to_device(
-    id: &str,
-    root: &File,
-    device: LoopDevice,
-    bytes: u64,
-) -> Result<u64, NodeError> {
-    let size = loopdev::size(device)? / BLOCK_BYTES * BLOCK_BYTES;
-    if bytes >= size {
-        return Ok(bytes);
-    }
-    match ext4_image::grow(&root.as_fd(), size) {
-        Ok(()) => {
-            log::info!("grew the filesystem of volume {id} from {bytes} to {size} bytes");
-            Ok(size)
-        }
-        Err(Errno::EPERM) => Err(NodeError::NoResizeCapability {
-            id: id.to_owned(),
-            from: bytes,
-            to: size,
-        }),
-        Err(e) => Err(NodeError::Filesystem {
-            id: id.to_owned(),
-            op: "grow",
-            source: e.into(),
-        }),
     }
 }
 
@@ -194,44 +165,6 @@ impl Driver {
         };
         content.fill(dir)?;
         Ok(super::image_growth::allocate_file(&image, bytes)?)
-    }
-
-    /// An ephemeral image volume's file, as [`Self::fill_image`] makes a provisioned one's.
-    pub(super) fn fill_ephemeral_image(&self, dir: &Path, bytes: u64) -> Result<(), NodeError> {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(PathIoError::at("set the mode of", dir))
-            .map_err(VolumeError::from)?;
-        let image = block_image_in(dir);
-        create_thick(&image, bytes)
-    }
-
-    /// NodePublishVolume of an ephemeral image volume (opened, `created` now or before): its
-    /// filesystem mounted at the target itself, as a stage mounts a provisioned one's at its
-    /// staging path, with the request's options and group. A first publish that fails leaves
-    /// no volume behind.
-    pub(super) fn publish_ephemeral_image(
-        &self,
-        req: &PublishRequest,
-        record: &Record,
-        created: bool,
-        target: &Path,
-    ) -> Result<Published, NodeError> {
-        let made = bind_mounts::make_mount_point(Field::TargetPath, target);
-        let staged = made.map_err(NodeError::from).and_then(|made| {
-            self.stage_image(record, target, req.options, req.group)?;
-            Ok(Published::Mounted { created: made })
-        });
-        if staged.is_err() && created {
-            let table = self.mounter.mount_table()?;
-            if let Err(e) = self.volumes.delete(&record.id, &table) {
-                log::warn!(
-                    "ephemeral volume {} of a failed publish stays: {e}",
-                    record.id
-                );
-            }
-        }
-        staged
     }
 
     /// Readies the filesystem of `record` through its `root`, before any path shows it: its

@@ -6,13 +6,17 @@
 //! so a retry after any failure finishes the growth.
 
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::path::Path;
+
+use nix::errno::Errno;
 
 use super::Driver;
 use super::bind_mounts::BindError;
-use super::image::{grow_to_device, is_ours, open_root};
+use super::image::{is_ours, open_root};
 use super::node_error::NodeError;
-use crate::linux::ext4_image;
+use crate::linux::ext4_image::{self, BLOCK_BYTES};
+use crate::linux::loopdev::{self, LoopDevice};
 use crate::node_server::state::volumes::{Record, VolumeError};
 use crate::path_io::PathIoError;
 
@@ -90,5 +94,35 @@ impl Driver {
             source,
         })?;
         grow_to_device(&record.id, &root, device.device, superblock.bytes)
+    }
+}
+
+/// Grows the filesystem of volume `id`, of `bytes` now, mounted with its `root`, to its
+/// `device`'s size in whole blocks; the size it has then.
+pub(super) fn grow_to_device(
+    id: &str,
+    root: &File,
+    device: LoopDevice,
+    bytes: u64,
+) -> Result<u64, NodeError> {
+    let size = loopdev::size(device)? / BLOCK_BYTES * BLOCK_BYTES;
+    if bytes >= size {
+        return Ok(bytes);
+    }
+    match ext4_image::grow(&root.as_fd(), size) {
+        Ok(()) => {
+            log::info!("grew the filesystem of volume {id} from {bytes} to {size} bytes");
+            Ok(size)
+        }
+        Err(Errno::EPERM) => Err(NodeError::NoResizeCapability {
+            id: id.to_owned(),
+            from: bytes,
+            to: size,
+        }),
+        Err(e) => Err(NodeError::Filesystem {
+            id: id.to_owned(),
+            op: "grow",
+            source: e.into(),
+        }),
     }
 }

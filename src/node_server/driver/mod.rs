@@ -8,7 +8,8 @@
 //!   mounts decided from the kernel; `block` — raw block volumes on loop devices; `image` —
 //!   image volumes, a filesystem of their own on a loop device; `image_copies` — their
 //!   snapshots and clones' sources, frozen for the copy, and the copies unshared after;
-//!   `image_growth` — their expansion; `ephemeral` — inline volumes.
+//!   `image_growth` — their expansion; `image_inline` — inline ones; `ephemeral` — inline
+//!   volumes.
 //! - `volume_ops` — CreateVolume, DeleteVolume, ControllerExpandVolume; `content` — restores
 //!   and clones; `snapshot_ops` — snapshots and groups; `modify` — ControllerModifyVolume.
 //! - `quota_patrol` — the background walk that sets back files taken out of their volume's
@@ -23,6 +24,7 @@ mod ephemeral;
 mod image;
 mod image_copies;
 mod image_growth;
+mod image_inline;
 mod modify;
 mod mount_points;
 mod node_error;
