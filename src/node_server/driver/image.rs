@@ -164,7 +164,7 @@ impl Driver {
             return create_thick(&image, bytes);
         };
         content.fill(dir)?;
-        Ok(super::image_growth::allocate_file(&image, bytes)?)
+        Ok(super::image_growth::allocate_file(&image, 0, bytes)?)
     }
 
     /// Readies the filesystem of `record` through its `root`, before any path shows it: its
@@ -192,7 +192,13 @@ impl Driver {
             ext4_image::set_uuid(&root.as_fd(), uuid)
                 .map_err(|e| fs("give a UUID of its own to")(e.into()))?;
         }
-        grow_to_device(id, root, device, superblock.bytes)?;
+        let grown = grow_to_device(id, root, device, superblock.bytes)?;
+        if grown > superblock.bytes {
+            // As after NodeExpandVolume's growth: the grown part allocated again where the
+            // growth punched it.
+            let image = self.image_of(id);
+            super::image_growth::allocate_file(&image, superblock.bytes, grown)?;
+        }
         // Like a directory volume's, world-writable unless its rootMode says otherwise.
         let mode = record.attributes.root_mode.unwrap_or(0o777);
         set_root(id, root, Some(mode), group)
@@ -320,6 +326,15 @@ impl Driver {
             let image = self.image_of(&record.id);
             for status in &found.ours {
                 self.loops.detach(status.device, &image)?;
+            }
+            // Zeroing through a loop device punches holes in its file (the filesystem's
+            // growth does): allocated in full again while nothing uses it. Best effort: a
+            // full host filesystem must not keep a volume staged; the next stage's writes
+            // then need those blocks, as a sparse file's would.
+            if !found.ours.is_empty()
+                && let Err(e) = super::image_growth::allocate_file(&image, 0, record.capacity)
+            {
+                log::warn!("volume {} stays partly unallocated: {e}", record.id);
             }
         }
         Ok(())

@@ -20,12 +20,12 @@ use crate::linux::loopdev::{self, LoopDevice};
 use crate::node_server::state::volumes::{Record, VolumeError};
 use crate::path_io::PathIoError;
 
-/// Allocates every hole of the file at `image` up to `bytes` (growing it to that size),
-/// durably. A host filesystem without room for it is [`VolumeError::NoSpace`], with what it
+/// Allocates every hole of the file at `image` from byte `from` up to `bytes` (growing it
+/// to that size), durably. A host filesystem without room for it is [`VolumeError::NoSpace`], with what it
 /// has free (RESOURCE_EXHAUSTED at creation, not INTERNAL).
-pub(super) fn allocate_file(image: &Path, bytes: u64) -> Result<(), VolumeError> {
+pub(super) fn allocate_file(image: &Path, from: u64, bytes: u64) -> Result<(), VolumeError> {
     let allocate = |file: &File| -> std::io::Result<()> {
-        ext4_image::allocate(file, bytes)?;
+        ext4_image::allocate_from(file, from, bytes)?;
         file.sync_all()
     };
     let allocated =
@@ -52,7 +52,7 @@ impl Driver {
     pub(super) fn allocate_image(&self, id: &str, bytes: u64) -> Result<(), VolumeError> {
         let image = self.image_of(id);
         let held = std::fs::metadata(&image).map_or(0, |meta| meta.len());
-        allocate_file(&image, bytes).map_err(|e| match e {
+        allocate_file(&image, 0, bytes).map_err(|e| match e {
             VolumeError::NoSpace { available, .. } => VolumeError::NoRoomToGrow {
                 growth: bytes.saturating_sub(held),
                 available,
@@ -93,7 +93,11 @@ impl Driver {
             op: "read the superblock",
             source,
         })?;
-        grow_to_device(&record.id, &root, device.device, superblock.bytes)
+        let grown = grow_to_device(&record.id, &root, device.device, superblock.bytes)?;
+        // The growth zeroes the new groups' inode tables through the device, which punches
+        // them out of the file: the grown part allocated again, so the file stays thick.
+        allocate_file(&image, superblock.bytes, grown)?;
+        Ok(grown)
     }
 }
 
