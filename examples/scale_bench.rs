@@ -266,13 +266,7 @@ async fn main() {
         ticks,
         ns as f64 / 1e3 / stats_volumes as f64
     );
-    for (id, staging) in &staged {
-        let request = NodeUnstageVolumeRequest {
-            volume_id: id.clone(),
-            staging_target_path: staging.display().to_string(),
-        };
-        node.node_unstage_volume(request).await.expect("unstage");
-    }
+    unstage_all(&mut node, &staged).await;
     let images = count("IMAGES", 500);
     if images > 0 {
         attached_images(&dir, &state, server, images, runs).await;
@@ -280,6 +274,17 @@ async fn main() {
         drop(server);
     }
     println!("load after: {}", loadavg());
+}
+
+/// Unstages each of `staged` (its ID and staging path).
+async fn unstage_all(node: &mut NodeClient<Channel>, staged: &[(String, PathBuf)]) {
+    for (id, staging) in staged {
+        let request = NodeUnstageVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+        };
+        node.node_unstage_volume(request).await.expect("unstage");
+    }
 }
 
 /// The kernel's own memory (slab, kernel stacks, page tables), in bytes: what a loop device
