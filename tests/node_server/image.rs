@@ -369,6 +369,34 @@ async fn the_layout_parameter_is_checked_and_an_expansion_allocates_the_image_in
     assert!(err.message().contains("layout image"), "{}", err.message());
     let listed = csi.list().await;
     assert_eq!(listed[0].capacity_bytes, (20 * MIB) as i64);
+    // ValidateVolumeCapabilities: a request naming no layout asks nothing of it (csi-sanity
+    // sends none); one naming the other layout is not confirmed, and says why.
+    let validate = |parameters: &[(&str, &str)]| ValidateVolumeCapabilitiesRequest {
+        volume_id: id.clone(),
+        volume_capabilities: vec![rwo()],
+        parameters: (parameters.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    for (parameters, confirmed) in [
+        (&[][..], true),
+        (&[("layout", "image")][..], true),
+        (&[("layout", "directory")][..], false),
+    ] {
+        let reply = csi
+            .controller
+            .validate_volume_capabilities(validate(parameters));
+        let reply = reply.await.expect("validate").into_inner();
+        assert_eq!(
+            reply.confirmed.is_some(),
+            confirmed,
+            "{parameters:?}: {reply:?}"
+        );
+        if !confirmed {
+            assert!(reply.message.contains("layout image"), "{reply:?}");
+        }
+    }
 
     let expand = ControllerExpandVolumeRequest {
         volume_id: id.clone(),

@@ -13,7 +13,7 @@ use crate::node_server::grpc::controller_snapshots as snapshots;
 use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
 use crate::node_server::state::attributes::{Attributes, ParameterError};
-use crate::node_server::state::volumes::{ContentSource, Layout, VolumeError as V};
+use crate::node_server::state::volumes::{ContentSource, LAYOUT, Layout, VolumeError as V};
 use crate::proto::csi::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
@@ -219,11 +219,13 @@ impl Controller for ControllerService {
                 "volume {id} is a mount volume, not a block volume"
             ))),
         });
+        let asks_layout = req.parameters.contains_key(LAYOUT);
         let attributes = Attributes::from_parameters(&req.parameters)
             .and_then(|_| Attributes::from_mutable(&req.mutable_parameters))
             .and_then(|_| Layout::from_parameters(&req.parameters, record.block))
             .map_err(|e| Status::invalid_argument(e.to_string()))
-            .and_then(|layout| match layout == record.layout {
+            // A request naming no layout asks nothing of it (the parameters are optional).
+            .and_then(|layout| match layout == record.layout || !asks_layout {
                 true => Ok(()),
                 false => Err(Status::invalid_argument(format!(
                     "volume {id} has layout {}, not {}",

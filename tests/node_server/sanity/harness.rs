@@ -61,6 +61,10 @@ pub struct Sanity {
     pub block: bool,
     /// `--csi.testvolumemutableparameters` (`TestVolumeMutableParameters`).
     pub mutable_parameters: std::collections::HashMap<String, String>,
+    /// `--csi.testvolumeparameters` (`TestVolumeParameters`): sent with every CreateVolume.
+    pub parameters: std::collections::HashMap<String, String>,
+    /// `--csi.testvolumeexpandsize` (`TestVolumeExpandSize`); unset, the test size plus 1 GiB.
+    pub expand_to: Option<i64>,
     /// What to clean up after the spec, newest last; created twice is listed twice.
     resources: Vec<Resource>,
     /// `UniqueString`'s suffix, one per run.
@@ -78,6 +82,8 @@ impl Sanity {
             mutable_parameters: (MUTABLE_PARAMETERS.iter())
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            parameters: Default::default(),
+            expand_to: None,
             resources: Vec::new(),
             suffix: format!("-{}", random_hex()),
         }
@@ -134,6 +140,19 @@ impl Sanity {
         self
     }
 
+    /// The same with a `--csi.testvolumeparameters` file holding `layout: image`, and
+    /// `--csi.testvolumeexpandsize` twice the test size (a thick image is allocated whole).
+    pub fn in_image_layout(mut self) -> Self {
+        self.parameters = [("layout".to_owned(), "image".to_owned())].into();
+        self.expand_to = Some(2 * self.size);
+        self
+    }
+
+    /// Whether every volume is an image volume (`layout: image`).
+    pub fn image(&self) -> bool {
+        self.parameters.get("layout").is_some_and(|l| l == "image")
+    }
+
     /// `TestVolumeCapabilityWithAccessType`: `mode`, mount or block as configured.
     pub fn cap(&self, mode: Mode) -> VolumeCapability {
         match self.block {
@@ -152,10 +171,14 @@ impl Sanity {
         self.cap(Mode::SingleNodeWriter)
     }
 
-    /// A request's capabilities replaced by one of the configured access type.
+    /// A request's capabilities replaced by one of the configured access type, and the
+    /// test volume parameters added, as csi-sanity builds every CreateVolume it means to pass.
     pub fn with_access(&self, request: CreateVolumeRequest) -> CreateVolumeRequest {
+        let mut parameters = request.parameters;
+        parameters.extend(self.parameters.clone());
         CreateVolumeRequest {
             volume_capabilities: vec![self.rwo()],
+            parameters,
             ..request
         }
     }
@@ -177,7 +200,7 @@ impl Sanity {
     }
 
     pub fn expand_size(&self) -> i64 {
-        self.size + EXPAND_INCREMENT
+        self.expand_to.unwrap_or(self.size + EXPAND_INCREMENT)
     }
 
     /// `MakeCreateVolumeReq`: one single-node-writer mount capability, the test size as both

@@ -35,7 +35,7 @@ use crate::node_server::state::state_dir::StateDir;
 use crate::node_server::state::store;
 pub use catalog::Catalog;
 pub use claims::{Busy, Claim, Claims};
-pub use layout::Layout;
+pub use layout::{LAYOUT, Layout};
 pub use ledger::{Ledger, Sizing};
 pub use quota_directories::QuotaDirectories;
 pub use storage::VolumeStorage;
