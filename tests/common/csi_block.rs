@@ -114,6 +114,17 @@ pub async fn start_block_node(kind: Kind) -> (BlockNode, CsiServer, Csi) {
     (node, server, csi)
 }
 
+/// How many loop devices (anyone's) are attached to a file under `state`.
+pub fn attached_under(state: &Path) -> usize {
+    let blocks = std::fs::read_dir("/sys/block").unwrap().flatten();
+    blocks
+        .filter(|entry| {
+            let backing = std::fs::read_to_string(entry.path().join("loop/backing_file"));
+            backing.is_ok_and(|file| file.starts_with(&*state.to_string_lossy()))
+        })
+        .count()
+}
+
 /// A block volume's file.
 pub fn image(state: &Path, id: &str) -> PathBuf {
     state.join("volumes").join(id).join("volume.img")

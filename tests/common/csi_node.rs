@@ -236,8 +236,13 @@ pub fn unstage_request(id: &str, staging: &Path) -> NodeUnstageVolumeRequest {
 
 /// Creates a volume and returns its ID.
 pub async fn create(csi: &mut Csi, name: &str, bytes: i64) -> String {
+    create_with(csi, create_request(name, bytes)).await
+}
+
+/// CreateVolume of `request`, which must succeed; the volume's ID.
+pub async fn create_with(csi: &mut Csi, request: CreateVolumeRequest) -> String {
     csi.controller
-        .create_volume(create_request(name, bytes))
+        .create_volume(request)
         .await
         .expect("create volume")
         .into_inner()

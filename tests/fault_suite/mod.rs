@@ -14,6 +14,7 @@ mod deletes;
 mod doctor;
 mod flags;
 mod full_disk;
+mod image_volumes;
 mod own_paths;
 mod path_swaps;
 mod private_state;

@@ -251,7 +251,7 @@ async fn the_whole_suite_in_block_mode_passes_on_real_loop_devices_and_leaves_no
     assert_eq!(s.list_snapshots(Default::default()).await, Vec::new());
     assert_eq!(sandbox.mounts(), Vec::<PathBuf>::new());
     assert_eq!(
-        attached_under(&state),
+        common::csi_block::attached_under(&state),
         0,
         "no loop device is left on a volume's file"
     );
@@ -279,7 +279,7 @@ async fn the_whole_suite_with_image_volumes_passes_on_real_loop_devices_and_leav
     assert_eq!(s.list_snapshots(Default::default()).await, Vec::new());
     assert_eq!(sandbox.mounts(), Vec::<PathBuf>::new());
     assert_eq!(
-        attached_under(&state),
+        common::csi_block::attached_under(&state),
         0,
         "no loop device is left on a volume's file"
     );
@@ -292,17 +292,6 @@ async fn the_whole_suite_with_image_volumes_passes_on_real_loop_devices_and_leav
 
 /// The smallest image volume: the empty ext4 every image starts from.
 const IMAGE_TEST_VOLUME_SIZE: i64 = 16 << 20;
-
-/// How many loop devices are attached to a file under `state`.
-fn attached_under(state: &Path) -> usize {
-    let blocks = std::fs::read_dir("/sys/block").unwrap().flatten();
-    blocks
-        .filter(|entry| {
-            let backing = std::fs::read_to_string(entry.path().join("loop/backing_file"));
-            backing.is_ok_and(|file| file.starts_with(&*state.to_string_lossy()))
-        })
-        .count()
-}
 
 /// The command docs/node-server.md gives,
 /// `csi-sanity --csi.endpoint=<socket> --csi.testvolumesize=1048576`, against the real binary
