@@ -346,3 +346,40 @@ async fn a_symlink_swapped_in_mid_block_publish_or_unpublish_never_moves_the_dev
     );
     race.finish();
 }
+
+/// An image volume's stage attaches its loop device and mounts its ext4 (`fsmount`, then
+/// `move_mount` onto the staging path's descriptor); its unstage unmounts and detaches.
+#[ignore = "needs root: real loop devices, ext4 and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_swapped_in_mid_image_stage_or_unstage_never_moves_its_filesystem_elsewhere() {
+    let sandbox = MountSandbox::new();
+    let state = sandbox.path().join("state");
+    let (_process, mut csi) = served(&state, &sandbox).await;
+    let _devices = crate::common::csi_block::DetachOnDrop(state.clone());
+    let request = super::image_volumes::image_request("pvc-swap-image");
+    let id = create_with(&mut csi, request).await;
+    let swapped = Swapped::new(&sandbox, "image", false);
+    let staging = swapped.requested("globalmount");
+    let mut race = Race::new(
+        swapped,
+        "a parent of an image volume's staging path swapped for a symlink mid-call",
+    );
+    for _ in 0..ROUNDS / 4 {
+        let stage = || {
+            let (mut n, request) = (own_client(&csi), stage_request(&id, &staging));
+            async move { n.node_stage_volume(request).await }
+        };
+        race.step("stage", 1, stage).await;
+        let unstage = || {
+            let (mut n, request) = (own_client(&csi), unstage_request(&id, &staging));
+            async move { n.node_unstage_volume(request).await }
+        };
+        race.step("unstage", 0, unstage).await;
+    }
+    let attached = crate::common::csi_block::attached_under(&state);
+    (race.tally).check(
+        attached == 0,
+        format!("{attached} loop devices left attached"),
+    );
+    race.finish();
+}
