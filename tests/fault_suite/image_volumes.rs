@@ -1,7 +1,7 @@
 //! Image volumes (`layout: image`) in the fault suite, through the real binary on real loop
 //! devices: node-server SIGKILLed at random points of CreateVolume keeps every image it
 //! acknowledged whole (its size, its files, `e2fsck -fn` clean) and leaves no half-made one
-//! behind; storms of stage, publish, unpublish, unstage and delete lose no file and stack no
+//! behind; an image staged, published or attached by a neighbour is never deleted; storms of stage, publish, unpublish, unstage and delete lose no file and stack no
 //! mount (the storm itself is `volumes.rs`'s, run on both layouts).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -169,4 +169,88 @@ async fn node_server_killed_twenty_times_mid_image_create_keeps_every_acknowledg
         acknowledged.len()
     ));
     tally.finish();
+}
+
+#[ignore = "needs root: real loop devices, ext4 and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_volume_in_use_is_never_deleted_and_keeps_its_files() {
+    let sandbox = csi_node::MountSandbox::new();
+    let state = sandbox.path().join("state");
+    let socket = sandbox.path().join("csi.sock");
+    let _process = crate::common::spawn_node_server(&socket, &state, &[]);
+    assert!(processes::probe_ready(&socket).await, "node-server");
+    let mut csi = csi_node::connect(&socket).await;
+    let _devices = crate::common::csi_block::DetachOnDrop(state.clone());
+    let mut tally =
+        Tally::new("DeleteVolume of a staged, a published and a neighbour-attached image volume");
+    for attempt in 0..3 {
+        for how in ["staged", "published", "attached by a neighbour"] {
+            let name = format!("pvc-keep-{attempt}-{how}").replace(' ', "-");
+            let id = csi_node::create_with(&mut csi, image_request(&name)).await;
+            let data = format!("{id}\n").repeat(100).into_bytes();
+            let staging = sandbox.dir(&format!("{name}-s"));
+            write_in_image(&mut csi, &staging, &id, "data", &data).await;
+            let target = sandbox.path().join(format!("{name}-t"));
+            let mut neighbour = None;
+            match how {
+                "staged" => drop(
+                    csi.node
+                        .node_stage_volume(stage_request(&id, &staging))
+                        .await,
+                ),
+                "published" => csi.stage_and_publish(&id, &staging, &target, false).await,
+                _ => neighbour = Some(losetup(&image(&state, &id))),
+            }
+            let answer = csi
+                .controller
+                .delete_volume(csi_node::delete_request(&id))
+                .await;
+            // Undo the use, then read the file from outside.
+            let _ = csi
+                .node
+                .node_unpublish_volume(csi_node::unpublish_request(&id, &target))
+                .await;
+            let _ = csi
+                .node
+                .node_unstage_volume(unstage_request(&id, &staging))
+                .await;
+            if let Some(device) = neighbour {
+                let detached = std::process::Command::new("losetup")
+                    .args(["-d", &device])
+                    .status();
+                assert!(detached.unwrap().success(), "losetup -d {device}");
+            }
+            let kept = read_in_image(&state, &id, "data").as_deref() == Some(&data[..]);
+            let outcome = match (&answer, kept) {
+                (_, false) => Outcome::Lost,
+                (Err(s), true) if s.code() == tonic::Code::FailedPrecondition => Outcome::Survived,
+                _ => Outcome::Failed,
+            };
+            tally.record(outcome, format_args!("{how}, try {attempt}: {answer:?}"));
+            let deleted = csi
+                .controller
+                .delete_volume(csi_node::delete_request(&id))
+                .await;
+            tally.check(
+                deleted.is_ok(),
+                format_args!("{how}: once unused: {deleted:?}"),
+            );
+        }
+    }
+    tally.finish();
+}
+
+/// A neighbour's loop device on `file` (`losetup`); its path.
+fn losetup(file: &Path) -> String {
+    let out = std::process::Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(file)
+        .output()
+        .expect("run losetup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
