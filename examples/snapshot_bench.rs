@@ -18,16 +18,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use csi_nodekit::node_server::state::orphans::Orphans;
-use csi_nodekit::node_server::state::owner::Owner;
 use csi_nodekit::node_server::state::snapshots::{Snapshots, spread};
 use csi_nodekit::node_server::state::state_dir::StateDir;
-use csi_nodekit::node_server::{Config, Plugin, Seams, serve};
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, MountVolume};
 use csi_nodekit::proto::csi::*;
-use csi_nodekit::shutdown::Shutdown;
 use tonic::transport::Channel;
 
 #[allow(dead_code)]
@@ -353,24 +350,8 @@ async fn run(kind: Kind) {
     let state = fs.path().join("state");
     // Sizes are only accounted on a scratch filesystem without project quotas, so each
     // volume would keep its whole size promised: the copies measured here would not fit.
-    let mut config = Config::new("bench.nodekit.io", "bench", &state);
-    config.overcommit = true;
-    let owner = Owner::try_take(&StateDir::open(&state).expect("state")).expect("owner");
-    let plugin = Plugin::open(config, owner, Seams::linux()).expect("open");
-    let socket = fs.path().join("csi.sock");
-    let perms = csi_nodekit::socket::Permissions {
-        mode: 0o600,
-        gid: None,
-    };
-    let (listener, guard) = csi_nodekit::socket::bind_tokio(&socket, perms).expect("bind");
-    let (trigger, shutdown) = Shutdown::manual();
-    let server = tokio::spawn(async move {
-        let _guard = guard;
-        serve(listener, plugin, shutdown).await
-    });
-    let channel = csi_nodekit::socket::connect(&socket)
-        .await
-        .expect("connect");
+    let served = bench::Served::start(fs.path(), &state).await;
+    let channel = served.channel.clone();
     let mut bench = Bench {
         fs,
         state: StateDir::open(&state).expect("state"),
@@ -381,8 +362,7 @@ async fn run(kind: Kind) {
     group(&mut bench).await;
     println!("{kind:?}: the same through gRPC on image volumes (layout: image)");
     images(&mut bench).await;
-    trigger.fire();
-    server.await.expect("join").expect("serve");
+    served.stop().await;
 }
 
 fn main() {

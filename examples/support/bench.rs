@@ -60,3 +60,47 @@ pub fn prepare(part: &str) {
         unsafe { std::env::set_var("TMPDIR", dir) };
     }
 }
+
+/// node-server served in-process on `<dir>/csi.sock` with its state in `state` (sizes
+/// overcommitted: a scratch filesystem without project quotas only accounts them), until
+/// [`Served::stop`].
+pub struct Served {
+    pub channel: tonic::transport::Channel,
+    trigger: csi_nodekit::shutdown::Trigger,
+    server: tokio::task::JoinHandle<Result<(), csi_nodekit::BoxError>>,
+}
+
+impl Served {
+    pub async fn start(dir: &Path, state: &Path) -> Self {
+        use csi_nodekit::node_server::state::{owner::Owner, state_dir::StateDir};
+        use csi_nodekit::node_server::{Config, Plugin, Seams, serve};
+        let mut config = Config::new("bench.nodekit.io", "bench", state);
+        config.overcommit = true;
+        let owner = Owner::try_take(&StateDir::open(state).expect("state")).expect("owner");
+        let plugin = Plugin::open(config, owner, Seams::linux()).expect("open");
+        let socket = dir.join("csi.sock");
+        let perms = csi_nodekit::socket::Permissions {
+            mode: 0o600,
+            gid: None,
+        };
+        let (listener, guard) = csi_nodekit::socket::bind_tokio(&socket, perms).expect("bind");
+        let (trigger, shutdown) = csi_nodekit::shutdown::Shutdown::manual();
+        let server = tokio::spawn(async move {
+            let _guard = guard;
+            serve(listener, plugin, shutdown).await
+        });
+        let channel = csi_nodekit::socket::connect(&socket)
+            .await
+            .expect("connect");
+        Self {
+            channel,
+            trigger,
+            server,
+        }
+    }
+
+    pub async fn stop(self) {
+        self.trigger.fire();
+        self.server.await.expect("join").expect("serve");
+    }
+}
