@@ -1,5 +1,6 @@
 //! Figures for I/O inside an image volume (`layout: image`) against the same I/O on the state
-//! directory's filesystem itself, printed (not asserted): 4 KiB direct I/O (`O_DIRECT`),
+//! directory's filesystem itself, and how long a group snapshot of four holds their writers,
+//! printed (not asserted). The I/O: 4 KiB direct I/O (`O_DIRECT`),
 //! sequential and random, reads and writes, one thread at a time (and random ones by four
 //! threads at once), on a file allocated in full beforehand in both
 //! places, so that no write allocates. Inside the volume the path is the pod's: its ext4, its
@@ -16,20 +17,24 @@
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
+use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
 use csi_nodekit::proto::csi::node_client::NodeClient;
-use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
-use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, MountVolume};
-use csi_nodekit::proto::csi::*;
+use csi_nodekit::proto::csi::{CreateVolumeGroupSnapshotRequest, DeleteVolumeGroupSnapshotRequest};
 
 #[allow(dead_code)]
 #[path = "support/bench.rs"]
 mod bench;
+#[path = "support/image_volumes.rs"]
+mod image_volumes;
 use bench::scratch_fs::{Kind, ScratchFs};
 use bench::{GIB, MIB, selected};
+use image_volumes::Volumes;
 
 const BLOCK: usize = 4096;
 
@@ -146,15 +151,6 @@ fn loop_device_of(image: &Path) -> String {
     "loop device (not found)".to_owned()
 }
 
-fn capability() -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
-}
-
 /// On a scratch filesystem of `kind` (itself on a buffered loop device, so its own figures
 /// are the page cache's as much as the disk's).
 async fn on_scratch(kind: Kind, image_bytes: u64, seconds: f64) {
@@ -214,62 +210,100 @@ async fn run(label: &str, dir: &Path, image_bytes: u64, seconds: f64) {
     for (id, staging) in [direct, buffered] {
         volumes.remove(&id, &staging).await;
     }
+    for pace in [None, Some(1_000)] {
+        writers_held(&mut volumes, &served.channel, image_bytes, pace).await;
+    }
     served.stop().await;
 }
 
-/// Image volumes made, staged and removed for the benchmark.
-struct Volumes {
-    controller: ControllerClient<tonic::transport::Channel>,
-    node: NodeClient<tonic::transport::Channel>,
-    dir: std::path::PathBuf,
-}
+/// Group snapshots per run of [`writers_held`].
+const GROUPS: usize = 20;
 
-impl Volumes {
-    /// An image volume of `bytes` with `directIO` as given, staged: its ID and staging path.
-    async fn staged(&mut self, name: &str, bytes: u64, direct_io: &str) -> (String, PathBuf) {
-        let create = CreateVolumeRequest {
-            name: name.into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: bytes as i64,
-                limit_bytes: 0,
-            }),
-            volume_capabilities: vec![capability()],
-            parameters: [
-                ("layout".into(), "image".into()),
-                ("directIO".into(), direct_io.into()),
-            ]
-            .into(),
-            ..Default::default()
-        };
-        let created = self.controller.create_volume(create).await.expect("create");
-        let id = created.into_inner().volume.expect("volume").volume_id;
-        let staging = self.dir.join(format!("staging-{name}"));
-        std::fs::create_dir(&staging).expect("staging path");
-        let stage = NodeStageVolumeRequest {
-            volume_id: id.clone(),
-            staging_target_path: staging.display().to_string(),
-            volume_capability: Some(capability()),
-            ..Default::default()
-        };
-        self.node.node_stage_volume(stage).await.expect("stage");
-        (id, staging)
+/// How long writers wait for a group snapshot, seen by the writers: four image volumes, a
+/// thread writing 4 KiB at a time into each (buffered, as most programs write) as fast as it
+/// can or `pace` times a second, and the longest single write of any of them while each of
+/// [`GROUPS`] group snapshots of the four is cut. A freeze writes back what its filesystem
+/// got since node-server's sync just before: writers at full speed give it the most to write.
+async fn writers_held(
+    volumes: &mut Volumes,
+    channel: &tonic::transport::Channel,
+    bytes: u64,
+    pace: Option<u64>,
+) {
+    let mut staged = Vec::new();
+    for n in 0..4 {
+        staged.push(volumes.staged(&format!("member-{n}"), bytes, "true").await);
     }
-
-    async fn remove(&mut self, id: &str, staging: &Path) {
-        std::fs::remove_file(staging.join("file")).expect("remove");
-        let unstage = NodeUnstageVolumeRequest {
-            volume_id: id.into(),
-            staging_target_path: staging.display().to_string(),
-        };
-        self.node
-            .node_unstage_volume(unstage)
-            .await
-            .expect("unstage");
-        let delete = DeleteVolumeRequest {
-            volume_id: id.into(),
+    let (stop, longest) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let writers: Vec<_> = (staged.iter())
+        .map(|(_, staging)| {
+            let file = File::create(staging.join("file")).expect("a member's file");
+            let (stop, longest) = (stop.clone(), longest.clone());
+            let span = bytes / 2 / BLOCK as u64;
+            std::thread::spawn(move || {
+                let buf = [0x5a_u8; BLOCK];
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    file.write_all_at(&buf, (n % span) * BLOCK as u64)
+                        .expect("write");
+                    let took = started.elapsed().as_micros() as u64;
+                    longest.fetch_max(took, Ordering::Relaxed);
+                    n += 1;
+                    if let Some(per_second) = pace {
+                        std::thread::sleep(Duration::from_micros(1_000_000 / per_second));
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut group = GroupControllerClient::new(channel.clone());
+    let ids: Vec<String> = staged.iter().map(|(id, _)| id.clone()).collect();
+    let (mut held, mut calls) = (Vec::new(), Vec::new());
+    for round in 0..GROUPS {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        longest.store(0, Ordering::Relaxed);
+        let started = Instant::now();
+        let request = CreateVolumeGroupSnapshotRequest {
+            name: format!("group-{round}"),
+            source_volume_ids: ids.clone(),
             ..Default::default()
         };
-        self.controller.delete_volume(delete).await.expect("delete");
+        let made = group.create_volume_group_snapshot(request).await;
+        let made = made.expect("group snapshot").into_inner().group_snapshot;
+        calls.push(started.elapsed().as_secs_f64() * 1e3);
+        held.push(longest.load(Ordering::Relaxed) as f64 / 1e3);
+        let made = made.expect("a group");
+        let delete = DeleteVolumeGroupSnapshotRequest {
+            group_snapshot_id: made.group_snapshot_id,
+            snapshot_ids: made.snapshots.into_iter().map(|s| s.snapshot_id).collect(),
+            ..Default::default()
+        };
+        group
+            .delete_volume_group_snapshot(delete)
+            .await
+            .expect("delete the group");
+    }
+    stop.store(true, Ordering::Relaxed);
+    writers.into_iter().for_each(|w| w.join().expect("writer"));
+    let spread = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!("median {:.1}, most {:.1}", v[v.len() / 2], v[v.len() - 1])
+    };
+    let pace = pace.map_or("as fast as it can".to_owned(), |p| {
+        format!("{p} times a second")
+    });
+    println!(
+        "  a group of 4 image volumes, {GROUPS} group snapshots while a writer writes 4 KiB \
+         {pace} into each: longest write per group (ms) {}; the call (ms) {}",
+        spread(held),
+        spread(calls)
+    );
+    for (id, staging) in staged {
+        volumes.remove(&id, &staging).await;
     }
 }
 

@@ -32,6 +32,13 @@ pub struct Frozen {
     since: Instant,
 }
 
+impl Frozen {
+    /// When its freeze began: its writers have waited since.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+}
+
 impl Drop for Frozen {
     fn drop(&mut self) {
         match ext4_image::thaw(&self.root) {
@@ -57,7 +64,8 @@ impl Drop for Frozen {
 impl Driver {
     /// Syncs, then freezes, the filesystem of each image volume of `records` that is mounted
     /// (the others need nothing: nothing writes to their files); they thaw as the guards drop.
-    /// Every one is synced before the first freezes, so the freezes come close together. Each
+    /// Every one is synced before the first freezes, and all freeze at once, so the freezes
+    /// come close together. Each
     /// freeze is marked first (`<id>.frozen` beside its record; no sync, as a power cut thaws
     /// everything anyway), so that a start after a crash thaws what this froze, and nothing an
     /// administrator froze.
@@ -69,32 +77,46 @@ impl Driver {
                 roots.push((record.id.clone(), root));
             }
         }
-        let mut frozen = Vec::with_capacity(roots.len());
-        for (id, root) in roots {
-            let mark = self.state_dir.volume_records().frozen_mark(&id);
-            let marked = File::create(&mark).map_err(|source| VolumeError::Freeze {
+        // Frozen side by side: each freeze writes back what its filesystem got since its
+        // sync, and the writers of the first one frozen wait for the last.
+        let freezes: Vec<Result<Frozen, VolumeError>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (roots.into_iter())
+                .map(|(id, root)| scope.spawn(|| self.freeze_one(id, root)))
+                .collect();
+            (threads.into_iter())
+                .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        // On an error the ones frozen thaw as they drop here.
+        freezes.into_iter().collect()
+    }
+
+    /// Marks, then freezes, one image volume's filesystem.
+    fn freeze_one(&self, id: String, root: File) -> Result<Frozen, VolumeError> {
+        // Writers wait from the moment the freeze begins (it writes back first).
+        let since = Instant::now();
+        let mark = self.state_dir.volume_records().frozen_mark(&id);
+        let marked = File::create(&mark).map_err(|source| VolumeError::Freeze {
+            id: id.clone(),
+            op: "mark the freeze of",
+            source,
+        });
+        if let Err(e) = marked.and_then(|_| {
+            ext4_image::freeze(&root).map_err(|source| VolumeError::Freeze {
                 id: id.clone(),
-                op: "mark the freeze of",
-                source,
-            });
-            if let Err(e) = marked.and_then(|_| {
-                ext4_image::freeze(&root).map_err(|source| VolumeError::Freeze {
-                    id: id.clone(),
-                    op: "freeze",
-                    source: source.into(),
-                })
-            }) {
-                let _ = std::fs::remove_file(&mark);
-                return Err(e);
-            }
-            frozen.push(Frozen {
-                id,
-                root,
-                mark,
-                since: Instant::now(),
-            });
+                op: "freeze",
+                source: source.into(),
+            })
+        }) {
+            let _ = std::fs::remove_file(&mark);
+            return Err(e);
         }
-        Ok(frozen)
+        Ok(Frozen {
+            id,
+            root,
+            mark,
+            since,
+        })
     }
 
     /// The root of the image volume's filesystem where a mount of it shows it whole, opened

@@ -149,14 +149,15 @@ impl Driver {
         // Image volumes' filesystems held still, all of them before the first copy, until
         // the last copy is made (see `image_copies`).
         let frozen = self.freeze_images(&volumes)?;
-        let held = std::time::Instant::now();
+        let first = frozen.iter().map(|f| f.since()).min();
         let cut = self.snapshots.cut(&dirs);
         drop(frozen);
-        if volumes.iter().any(|v| v.is_image()) {
+        if let Some(first) = first {
             log::info!(
-                "held the writers of {} image volume(s) {:?} for their snapshots",
+                "held the writers of {} image volume(s) {:?} for their snapshots (from the \
+                 first freeze to the last thaw)",
                 volumes.iter().filter(|v| v.is_image()).count(),
-                held.elapsed()
+                first.elapsed()
             );
         }
         let (created, cuts) = cut?;
