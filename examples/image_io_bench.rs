@@ -1,6 +1,7 @@
 //! Figures for I/O inside an image volume (`layout: image`) against the same I/O on the state
-//! directory's filesystem itself, and how long a group snapshot of four holds their writers,
-//! printed (not asserted). The I/O: 4 KiB direct I/O (`O_DIRECT`),
+//! directory's filesystem itself, what each call of a volume's life takes for directory and
+//! image volumes, and how long a group snapshot of four holds their writers, printed (not
+//! asserted). The I/O: 4 KiB direct I/O (`O_DIRECT`),
 //! sequential and random, reads and writes, one thread at a time (and random ones by four
 //! threads at once), on a file allocated in full beforehand in both
 //! places, so that no write allocates. Inside the volume the path is the pod's: its ext4, its
@@ -30,6 +31,8 @@ use csi_nodekit::proto::csi::{CreateVolumeGroupSnapshotRequest, DeleteVolumeGrou
 #[allow(dead_code)]
 #[path = "support/bench.rs"]
 mod bench;
+#[path = "support/call_times.rs"]
+mod call_times;
 #[path = "support/image_volumes.rs"]
 mod image_volumes;
 use bench::scratch_fs::{Kind, ScratchFs};
@@ -210,11 +213,15 @@ async fn run(label: &str, dir: &Path, image_bytes: u64, seconds: f64) {
     for (id, staging) in [direct, buffered] {
         volumes.remove(&id, &staging).await;
     }
+    call_times::print(&served.channel, dir, image_bytes, CALL_ROUNDS).await;
     for pace in [None, Some(1_000)] {
         writers_held(&mut volumes, &served.channel, image_bytes, pace).await;
     }
     served.stop().await;
 }
+
+/// Volumes made, staged, published and removed again per layout for [`call_times`].
+const CALL_ROUNDS: usize = 20;
 
 /// Group snapshots per run of [`writers_held`].
 const GROUPS: usize = 20;

@@ -67,9 +67,32 @@ pub(super) fn is_ours(found: &Found, shown: Shown) -> bool {
     found.ours.iter().any(|s| root_of(s) == shown)
 }
 
+/// What tells an image volume's filesystem from any other mount.
+pub(super) trait Recognises {
+    /// Whether a mount showing `shown` is the root of the volume's filesystem.
+    fn shows_it(&self, shown: Shown) -> Result<bool, NodeError>;
+}
+
+/// The volume's devices, found by a walk over every loop device.
+impl Recognises for Found {
+    fn shows_it(&self, shown: Shown) -> Result<bool, NodeError> {
+        Ok(is_ours(self, shown))
+    }
+}
+
+/// The one device a mount names, asked of sysfs ([`Driver::shows_its_filesystem`]): no walk,
+/// for the calls a busy node makes most (publish, unpublish, stats).
+struct ItsFilesystem<'a>(&'a Driver, &'a Record);
+
+impl Recognises for ItsFilesystem<'_> {
+    fn shows_it(&self, shown: Shown) -> Result<bool, NodeError> {
+        self.0.shows_its_filesystem(self.1, shown)
+    }
+}
+
 /// Opens the root of the image volume's filesystem mounted at `path` (opened through no
-/// symbolic link, checked to be the root of one of `found`'s devices) for changes.
-pub(super) fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
+/// symbolic link, checked to be the root of the volume's filesystem) for changes.
+pub(super) fn open_root(path: &Path, its: &impl Recognises) -> Result<File, NodeError> {
     let at = |e: std::io::Error| NodeError::Mount(PathIoError::new("open the root at", path, e));
     let fd = resolve::open_dir_no_symlinks(path).map_err(|e| at(e.into()))?;
     // The descriptor is O_PATH; reopened through /proc, it is the same inode, not the path.
@@ -79,7 +102,7 @@ pub(super) fn open_root(path: &Path, found: &Found) -> Result<File, NodeError> {
         dev: meta.dev(),
         ino: meta.ino(),
     };
-    if !is_ours(found, shown) {
+    if !its.shows_it(shown)? {
         return Err(BindError::ForeignMount {
             field: Field::StagingTargetPath,
             path: path.to_owned(),
@@ -276,10 +299,15 @@ impl Driver {
 
     /// Unmounts every mount of the volume's filesystem stacked at `path` (refusing one that
     /// is not its); whether there was one.
-    fn unmount_image(&self, found: &Found, field: Field, path: &Path) -> Result<bool, NodeError> {
+    fn unmount_image(
+        &self,
+        its: &impl Recognises,
+        field: Field,
+        path: &Path,
+    ) -> Result<bool, NodeError> {
         let mut unmounted = None;
         while let Some(top) = self.mounter.mount_at(path)? {
-            if !is_ours(found, top.shows) {
+            if !its.shows_it(top.shows)? {
                 let path = path.to_owned();
                 return Err(BindError::ForeignMount { field, path }.into());
             }
@@ -350,19 +378,20 @@ impl Driver {
         staging: Option<&Path>,
     ) -> Result<Published, NodeError> {
         let image = self.image_of(&record.id);
-        let found = self.found(record)?;
-        let staged = match staging {
-            Some(staging) => (self.mounter.mount_at(staging)?)
-                .is_some_and(|top| is_ours(&found, top.shows))
-                .then_some(staging),
-            None => None,
-        };
+        let its = ItsFilesystem(self, record);
+        let mut staged = None;
+        if let Some(staging) = staging
+            && let Some(top) = self.mounter.mount_at(staging)?
+            && its.shows_it(top.shows)?
+        {
+            staged = Some(staging);
+        }
         let Some(staging) = staged else {
             let staging = staging.unwrap_or(&image).to_owned();
             return Err(BindError::NotStaged { staging }.into());
         };
         if req.group.is_some() {
-            let root = open_root(staging, &found)?;
+            let root = open_root(staging, &its)?;
             set_root(&record.id, &root, None, req.group)?;
         }
         let publication = Publication {
@@ -381,8 +410,7 @@ impl Driver {
         record: &Record,
         target: &Path,
     ) -> Result<bool, NodeError> {
-        let found = self.image_devices(record)?;
-        self.unmount_image(&found, Field::TargetPath, target)
+        self.unmount_image(&ItsFilesystem(self, record), Field::TargetPath, target)
     }
 
     /// NodeGetVolumeStats: bytes and inodes of the volume's own filesystem, mounted at `path`.
