@@ -5,7 +5,9 @@
 #   scripts/build-image.sh
 #
 # Environment:
-#   SOURCE_DATE_EPOCH  timestamp for the image and every file in it (default 0, the epoch)
+#   SOURCE_DATE_EPOCH  timestamp for the image and every file in it (default: the date of the
+#                      commit checked out, so `created` says when the source was made; 0, the
+#                      epoch, outside a git checkout)
 #   IMAGE_OUT          where the archive goes (default target/image)
 #   IMAGE_NAME         local image name (default localhost/csi-nodekit), tagged with the version
 #   CARGO_TARGET_DIR   as for cargo; the static binary is built there
@@ -27,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-epoch=${SOURCE_DATE_EPOCH:-0}
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 out=${IMAGE_OUT:-target/image}
 name=${IMAGE_NAME:-localhost/csi-nodekit}
 links=(csi-node-server csi-node-driver-registrar node-driver-registrar livenessprobe)
