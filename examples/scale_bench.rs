@@ -7,7 +7,8 @@
 //! - NodeGetVolumeStats for `STATS` staged volumes, one round as the kubelet asks every 60 s:
 //!   the CPU time node-server spent on it (user + system, from `/proc/<pid>/task/*/schedstat`,
 //!   and the kernel's clock ticks of `/proc/<pid>/stat` beside it) and the round's wall time;
-//! - `IMAGES` image volumes of 16 MiB made and staged (a loop device and a mounted ext4 each):
+//! - `IMAGES` image volumes of 16 MiB made and staged (a loop device and a mounted ext4 each),
+//!   then each published and unpublished once:
 //!   the memory each costs, a stats round, and the start-up with all of them attached.
 //!
 //! Runs the binary `benches/support` picks (static release build, else
@@ -377,6 +378,31 @@ async fn attached_images(dir: &Path, state: &Path, server: Server, count: usize,
     println!(
         "NodeGetVolumeStats of {count} staged image volumes: {:.1?} in all",
         started.elapsed()
+    );
+    let started = Instant::now();
+    for (id, staging) in &staged {
+        let target = staging.with_extension("target");
+        let request = NodePublishVolumeRequest {
+            volume_id: id.clone(),
+            staging_target_path: staging.display().to_string(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(capability()),
+            ..Default::default()
+        };
+        node.node_publish_volume(request)
+            .await
+            .expect("publish image");
+        let request = NodeUnpublishVolumeRequest {
+            volume_id: id.clone(),
+            target_path: target.display().to_string(),
+        };
+        (node.node_unpublish_volume(request).await).expect("unpublish image");
+    }
+    let took = started.elapsed();
+    println!(
+        "NodePublishVolume + NodeUnpublishVolume of each of {count} staged image volumes: \
+         {took:.1?} in all, {:.2?} a pair",
+        took / count as u32
     );
     drop((controller, node));
     let times = restarts(dir, state, server, runs).await;

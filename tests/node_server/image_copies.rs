@@ -68,8 +68,20 @@ fn read_from_image(image: &Path, mount: &Path, files: &[&str]) -> Vec<Vec<u8>> {
         .iter()
         .map(|f| std::fs::read(mount.join(f)).unwrap_or_default())
         .collect();
-    nix::mount::umount(mount).expect("umount");
+    unmount_when_free(mount);
     read
+}
+
+/// Unmounts `mount`, waiting out EBUSY for up to 5 s: a process another test forks in the
+/// meantime holds copies of this one's open files until it execs (the read above).
+fn unmount_when_free(mount: &Path) {
+    for _ in 0..250 {
+        match nix::mount::umount(mount) {
+            Err(nix::errno::Errno::EBUSY) => std::thread::sleep(Duration::from_millis(20)),
+            done => return done.expect("umount"),
+        }
+    }
+    panic!("{} stayed busy for 5 s", mount.display());
 }
 
 #[ignore = "needs root: real loop devices, ext4, XFS and bind mounts in a private mount namespace (the README's test command)"]

@@ -41,7 +41,11 @@ pub(super) fn commit_date() -> String {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run git");
-    assert!(git.status.success(), "{}", String::from_utf8_lossy(&git.stderr));
+    assert!(
+        git.status.success(),
+        "{}",
+        String::from_utf8_lossy(&git.stderr)
+    );
     let epoch: i64 = String::from_utf8_lossy(&git.stdout).trim().parse().unwrap();
     let date = Command::new("date")
         .args(["-u", "-d", &format!("@{epoch}"), "+%Y-%m-%dT%H:%M:%SZ"])
