@@ -32,8 +32,16 @@ if [ "${TEXT_ORDER:-}" != none ] && [ -f packaging/text-order.txt ] && [ "$rust_
   order="-C link-arg=-Wl,--symbol-ordering-file=$PWD/packaging/text-order.txt"
   order="$order -C link-arg=-Wl,--no-warn-symbol-ordering"
 fi
+# Paths in panic locations and debug strings name where the source was, not where it was
+# built: the same commit built in any directory, by any user, gives the same bytes. The target
+# directory (prost's generated code lives there) and cargo's home (the crates' sources) are
+# remapped too. (Directories with spaces in their names are not supported here.)
+target_dir=$(cd "${CARGO_TARGET_DIR:-target}" 2>/dev/null && pwd || echo "$PWD/target")
+remap="--remap-path-prefix=$PWD=/build/csi-nodekit"
+remap="$remap --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+remap="$remap --remap-path-prefix=$target_dir=/build/target"
 build() {
-  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs $order" \
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $relocs $order $remap" \
     cargo auditable build --release --locked --target "$target" "$@"
 }
 # The binary alone first, as the image gets it: built in one cargo call with examples or
