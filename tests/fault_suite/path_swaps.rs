@@ -251,19 +251,24 @@ async fn a_symlink_swapped_in_mid_stage_or_unstage_never_moves_the_staging_mount
         swapped,
         "a parent of the staging path swapped for a symlink mid-call",
     );
-    for _ in 0..ROUNDS {
+    stages_and_unstages(&mut race, &csi, &id, &staging, ROUNDS).await;
+    race.finish();
+}
+
+/// `rounds` stages of the volume at `staging`, each followed by its unstage, both raced.
+async fn stages_and_unstages(race: &mut Race, csi: &Csi, id: &str, staging: &Path, rounds: usize) {
+    for _ in 0..rounds {
         let stage = || {
-            let (mut n, request) = (own_client(&csi), stage_request(&id, &staging));
+            let (mut n, request) = (own_client(csi), stage_request(id, staging));
             async move { n.node_stage_volume(request).await }
         };
         race.step("stage", 1, stage).await;
         let unstage = || {
-            let (mut n, request) = (own_client(&csi), unstage_request(&id, &staging));
+            let (mut n, request) = (own_client(csi), unstage_request(id, staging));
             async move { n.node_unstage_volume(request).await }
         };
         race.step("unstage", 0, unstage).await;
     }
-    race.finish();
 }
 
 #[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
@@ -364,18 +369,7 @@ async fn a_symlink_swapped_in_mid_image_stage_or_unstage_never_moves_its_filesys
         swapped,
         "a parent of an image volume's staging path swapped for a symlink mid-call",
     );
-    for _ in 0..ROUNDS / 4 {
-        let stage = || {
-            let (mut n, request) = (own_client(&csi), stage_request(&id, &staging));
-            async move { n.node_stage_volume(request).await }
-        };
-        race.step("stage", 1, stage).await;
-        let unstage = || {
-            let (mut n, request) = (own_client(&csi), unstage_request(&id, &staging));
-            async move { n.node_unstage_volume(request).await }
-        };
-        race.step("unstage", 0, unstage).await;
-    }
+    stages_and_unstages(&mut race, &csi, &id, &staging, ROUNDS / 4).await;
     let attached = crate::common::csi_block::attached_under(&state);
     (race.tally).check(
         attached == 0,

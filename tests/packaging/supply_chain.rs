@@ -172,11 +172,24 @@ fn the_shipped_binary_names_no_directory_of_the_machine_that_built_it() {
     let binary = std::fs::read(rootfs.join("csi-nodekit")).unwrap();
     let cargo_home = std::env::var("CARGO_HOME")
         .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap()));
-    let target = Path::new(env!("CARGO_BIN_EXE_csi-nodekit")).ancestors().nth(2).unwrap();
-    for place in [env!("CARGO_MANIFEST_DIR"), &cargo_home, &target.to_string_lossy()] {
-        let found = binary.windows(place.len()).filter(|w| *w == place.as_bytes()).count();
+    let target = Path::new(env!("CARGO_BIN_EXE_csi-nodekit"))
+        .ancestors()
+        .nth(2)
+        .unwrap();
+    for place in [
+        env!("CARGO_MANIFEST_DIR"),
+        &cargo_home,
+        &target.to_string_lossy(),
+    ] {
+        let found = binary
+            .windows(place.len())
+            .filter(|w| *w == place.as_bytes())
+            .count();
         assert_eq!(found, 0, "the binary names {place} {found} times");
     }
     let remapped = binary.windows(7).filter(|w| *w == b"/cargo/").count();
-    assert!(remapped > 0, "no crate source path is named as /cargo/…: remapped at all?");
+    assert!(
+        remapped > 0,
+        "no crate source path is named as /cargo/…: remapped at all?"
+    );
 }

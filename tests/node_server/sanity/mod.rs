@@ -247,18 +247,7 @@ async fn the_whole_suite_in_block_mode_passes_on_real_loop_devices_and_leaves_no
     let mut s =
         Sanity::new(&sandbox, csi, TEST_VOLUME_SIZE).in_block_mode(&[("directIO", "false")]);
     whole_suite(&mut s).await;
-    assert_eq!(s.list_ids(0, "").await.0, Vec::<String>::new());
-    assert_eq!(s.list_snapshots(Default::default()).await, Vec::new());
-    assert_eq!(sandbox.mounts(), Vec::<PathBuf>::new());
-    assert_eq!(
-        common::csi_block::attached_under(&state),
-        0,
-        "no loop device is left on a volume's file"
-    );
-    for dir in ["volumes", "snapshots"] {
-        let data = std::fs::read_dir(state.join(dir)).unwrap();
-        assert_eq!(data.count(), 0, "nothing is left in {dir}");
-    }
+    nothing_is_left_on_loop_devices(&mut s, &sandbox, &state).await;
     server.stop().await;
 }
 
@@ -275,11 +264,18 @@ async fn the_whole_suite_with_image_volumes_passes_on_real_loop_devices_and_leav
     let _devices = common::csi_block::DetachOnDrop(state.clone());
     let mut s = Sanity::new(&sandbox, csi, IMAGE_TEST_VOLUME_SIZE).in_image_layout();
     whole_suite(&mut s).await;
+    nothing_is_left_on_loop_devices(&mut s, &sandbox, &state).await;
+    server.stop().await;
+}
+
+/// After a whole suite on loop devices: no volume, snapshot, mount, attached device or file
+/// of a volume or snapshot is left.
+async fn nothing_is_left_on_loop_devices(s: &mut Sanity, sandbox: &MountSandbox, state: &Path) {
     assert_eq!(s.list_ids(0, "").await.0, Vec::<String>::new());
     assert_eq!(s.list_snapshots(Default::default()).await, Vec::new());
     assert_eq!(sandbox.mounts(), Vec::<PathBuf>::new());
     assert_eq!(
-        common::csi_block::attached_under(&state),
+        common::csi_block::attached_under(state),
         0,
         "no loop device is left on a volume's file"
     );
@@ -287,7 +283,6 @@ async fn the_whole_suite_with_image_volumes_passes_on_real_loop_devices_and_leav
         let data = std::fs::read_dir(state.join(dir)).unwrap();
         assert_eq!(data.count(), 0, "nothing is left in {dir}");
     }
-    server.stop().await;
 }
 
 /// The smallest image volume: the empty ext4 every image starts from.
