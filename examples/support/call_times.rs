@@ -11,7 +11,7 @@ use csi_nodekit::proto::csi::node_client::NodeClient;
 use csi_nodekit::proto::csi::*;
 use tonic::transport::Channel;
 
-use super::image_volumes::capability;
+use super::image_volumes::{capability, create_request};
 
 const CALLS: [&str; 6] = [
     "create",
@@ -55,16 +55,7 @@ async fn life(
     let mut controller = ControllerClient::new(channel.clone());
     let mut node = NodeClient::new(channel.clone());
     let mut took = Vec::new();
-    let create = CreateVolumeRequest {
-        name: name.into(),
-        capacity_range: Some(CapacityRange {
-            required_bytes: bytes as i64,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![capability()],
-        parameters: [("layout".into(), layout.into())].into(),
-        ..Default::default()
-    };
+    let create = create_request(name, bytes, &[("layout", layout)]);
     let (staging, target) = (dir.join(format!("s-{name}")), dir.join(format!("t-{name}")));
     std::fs::create_dir(&staging).expect("staging path");
     let mut clock = Instant::now();

@@ -24,23 +24,27 @@ pub struct Volumes {
     pub dir: PathBuf,
 }
 
+/// CreateVolume of a mount volume of `bytes` with `parameters`.
+pub fn create_request(name: &str, bytes: u64, parameters: &[(&str, &str)]) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes as i64,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![capability()],
+        parameters: (parameters.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
 impl Volumes {
     /// An image volume of `bytes` with `directIO` as given, staged: its ID and staging path.
     pub async fn staged(&mut self, name: &str, bytes: u64, direct_io: &str) -> (String, PathBuf) {
-        let create = CreateVolumeRequest {
-            name: name.into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: bytes as i64,
-                limit_bytes: 0,
-            }),
-            volume_capabilities: vec![capability()],
-            parameters: [
-                ("layout".into(), "image".into()),
-                ("directIO".into(), direct_io.into()),
-            ]
-            .into(),
-            ..Default::default()
-        };
+        let parameters = [("layout", "image"), ("directIO", direct_io)];
+        let create = create_request(name, bytes, &parameters);
         let created = self.controller.create_volume(create).await.expect("create");
         let id = created.into_inner().volume.expect("volume").volume_id;
         let staging = self.dir.join(format!("staging-{name}"));
