@@ -15,6 +15,8 @@
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
+//! - [`extents`] — a file's extents (`FIEMAP`), walked in batches: what holds data, and
+//!   where two reflinked files still share their blocks.
 //! - [`dir_stack`] — the levels of a depth-first walk, at most 48 of them open: trees of any
 //!   depth walked with a bounded number of descriptors.
 //! - [`ext4_image`] — ext4 filesystems of a volume's own without mkfs: an empty one written
@@ -30,6 +32,7 @@
 pub mod copy;
 pub mod dir_stack;
 pub mod ext4_image;
+pub mod extents;
 pub mod inotify;
 pub mod ioprio;
 pub mod loopdev;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use crate::csi_spec::MAX_NODE_ID;
 use crate::csi_spec::driver_name::InvalidDriverName;
 use crate::linux::quota;
+use crate::node_server::block_maps::Shape;
 
 /// What the plugin is, independent of how it is started.
 #[derive(Debug, Clone)]
@@ -27,6 +28,8 @@ pub struct Config {
     pub advertise_get_snapshot: bool,
     /// How volumes are checked for files taken out of their project quota.
     pub quota_checks: QuotaChecks,
+    /// How the SnapshotMetadata service reports ranges (`--snapshot-metadata-block-size`).
+    pub block_metadata: Shape,
 }
 
 /// The background check of volumes' project IDs (`--quota-check-interval`,
@@ -77,6 +80,7 @@ impl Config {
             quota: quota::Mode::Auto,
             advertise_get_snapshot: false,
             quota_checks: QuotaChecks::default(),
+            block_metadata: Shape::Extents,
         }
     }
 

@@ -10,10 +10,13 @@
 //! - [`server`] — the gRPC server and its bounds ([`serve`], [`Plugin`]); `grace` — the end of
 //!   the grace period for calls in flight; `in_flight` — the calls running, which is what a
 //!   shutdown waits for; `burst_trim` — the heap trimmed once a burst of calls is over.
-//! - [`grpc`] — the four CSI services, one file each (validate → act → respond) with the table
+//! - [`grpc`] — the five CSI services, one file each (validate → act → respond) with the table
 //!   that maps their failures to gRPC codes; request checks and the spec's field limits.
 //! - `driver` — the plugin below the handlers, its operations and what they fail with; the
 //!   one way to run a blocking operation under a volume's claim; the quota patrol.
+//! - [`block_maps`] — the SnapshotMetadata service's maps of raw block snapshots: what holds
+//!   data, what differs between two (extents shared by reflink are never read), as extents or
+//!   fixed blocks, in batches.
 //! - [`metrics_endpoint`] — `--http-endpoint`'s `/metrics`: the quota patrol's counters.
 //! - [`state`] — what it keeps under `--state-dir`: the directory as one value (`state_dir`),
 //!   volume, snapshot and group records (atomic writes), the volumes' records, claims,
@@ -22,6 +25,7 @@
 //! - Underneath, [`crate::linux`]: mounts, the mount table, quotas, loop devices, the copy
 //!   engine.
 
+pub mod block_maps;
 mod burst_trim;
 pub mod config;
 pub(crate) mod driver;

@@ -1,4 +1,4 @@
-//! The gRPC server of node-server: the four CSI services on one listener with every HTTP/2
+//! The gRPC server of node-server: the five CSI services on one listener with every HTTP/2
 //! bound stated, the grace period for calls in flight at shutdown, and the heap trimmed after
 //! bursts. [`Plugin`] is the opened driver it serves.
 
@@ -9,13 +9,14 @@ use tower::util::MapResponseLayer;
 
 use super::config::Config;
 use super::driver::{Driver, OpenError, Seams};
-use super::grpc::{controller, field_limits, group_controller, identity, node};
+use super::grpc::{controller, field_limits, group_controller, identity, node, snapshot_metadata};
 use super::state::owner::Owner;
 use super::{burst_trim, grace, in_flight};
 use crate::proto::csi::controller_server::ControllerServer;
 use crate::proto::csi::group_controller_server::GroupControllerServer;
 use crate::proto::csi::identity_server::IdentityServer;
 use crate::proto::csi::node_server::NodeServer;
+use crate::proto::csi::snapshot_metadata_server::SnapshotMetadataServer;
 use crate::shutdown::Shutdown;
 use crate::{BoxError, socket};
 
@@ -55,6 +56,8 @@ pub async fn serve(
     let node = NodeServer::new(node::NodeService(Arc::clone(&driver)));
     let groups = group_controller::GroupControllerService(Arc::clone(&driver));
     let group = GroupControllerServer::new(groups);
+    let maps = snapshot_metadata::SnapshotMetadataService(Arc::clone(&driver));
+    let metadata = SnapshotMetadataServer::new(maps);
     let controller = ControllerServer::new(controller::ControllerService(driver));
     let grace = crate::shutdown::GRACE_PERIOD;
     let calls = in_flight::InFlight::default();
@@ -66,6 +69,7 @@ pub async fn serve(
         .add_service(identity.max_decoding_message_size(max))
         .add_service(node.max_decoding_message_size(max))
         .add_service(group.max_decoding_message_size(max))
+        .add_service(metadata.max_decoding_message_size(max))
         .add_service(controller.max_decoding_message_size(max))
         .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
     // A moment beyond the grace period for the UNAVAILABLE answers to go out.

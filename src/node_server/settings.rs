@@ -14,6 +14,7 @@ use crate::cli::values::{
     SocketAddress, SocketMode,
 };
 use crate::linux::quota;
+use crate::node_server::block_maps::{GRANULE, Shape};
 use crate::{BoxError, UsageError, socket};
 
 /// The default driver name: domain-style, as the CSI spec requires.
@@ -73,6 +74,11 @@ crate::mode_args! {
         /// way; csi-sanity before v5.5 fails on the capability)
         #[argh(switch)]
         pub advertise_get_snapshot: bool,
+        /// how GetMetadataAllocated and GetMetadataDelta report ranges: extents of any length
+        /// (VARIABLE_LENGTH), or blocks of this size (FIXED_LENGTH), a power of two from 4Ki to
+        /// 1Gi, e.g. 64Ki (default: extents)
+        #[argh(option, arg_name = "size")]
+        pub snapshot_metadata_block_size: Option<ByteSize>,
         /// address of the HTTP server for /metrics (the quota checks' counters), e.g. :9810;
         /// empty means no server
         #[argh(option, default = "OrEmpty::default()")]
@@ -100,6 +106,7 @@ impl Settings {
         if args.quota_check_rate == 0 {
             return Err(UsageError::new("--quota-check-rate must be more than 0").into());
         }
+        let block_metadata = block_shape(args.snapshot_metadata_block_size)?;
         let config = Config {
             node_id: match args.node_id {
                 Some(id) => id,
@@ -114,6 +121,7 @@ impl Settings {
                 interval: args.quota_check_interval.get(),
                 rate: args.quota_check_rate,
             },
+            block_metadata,
             ..Config::new(&args.driver_name, "", args.state_dir.into_path())
         };
         config.check().map_err(UsageError::new)?;
@@ -142,6 +150,21 @@ impl Settings {
             config,
         })
     }
+}
+
+/// `--snapshot-metadata-block-size`: fixed blocks of a power-of-two size from 4 KiB (the
+/// granule deltas are compared in) to 1 GiB, else extents.
+fn block_shape(size: Option<ByteSize>) -> Result<Shape, BoxError> {
+    let Some(size) = size.map(ByteSize::bytes) else {
+        return Ok(Shape::Extents);
+    };
+    if !size.is_power_of_two() || !(GRANULE..=1 << 30).contains(&size) {
+        return Err(UsageError::new(format!(
+            "--snapshot-metadata-block-size must be a power of two from 4Ki to 1Gi, not {size}"
+        ))
+        .into());
+    }
+    Ok(Shape::Blocks(size))
 }
 
 /// A `--state-dir` that holds what no node-server made (`/`, `/tmp`, a typo for another

@@ -12,6 +12,7 @@ use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::group_controller_client::GroupControllerClient;
 use csi_nodekit::proto::csi::identity_client::IdentityClient;
 use csi_nodekit::proto::csi::node_client::NodeClient;
+use csi_nodekit::proto::csi::snapshot_metadata_client::SnapshotMetadataClient;
 use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
 use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, MountVolume};
 use csi_nodekit::proto::csi::*;
@@ -135,16 +136,17 @@ async fn start_plugin(sandbox: &MountSandbox, plugin: Plugin) -> CsiServer {
     }
 }
 
-/// Clients of the four services over one connection.
+/// Clients of the five services over one connection.
 #[derive(Clone)]
 pub struct Csi {
     pub identity: IdentityClient<Channel>,
     pub node: NodeClient<Channel>,
     pub controller: ControllerClient<Channel>,
     pub group: GroupControllerClient<Channel>,
+    pub metadata: SnapshotMetadataClient<Channel>,
 }
 
-/// Clients of the four services over one connection to `socket` (an in-process server's or
+/// Clients of the five services over one connection to `socket` (an in-process server's or
 /// the real binary's).
 pub async fn connect(socket: &Path) -> Csi {
     let channel = csi_nodekit::socket::connect(socket).await.expect("connect");
@@ -152,7 +154,8 @@ pub async fn connect(socket: &Path) -> Csi {
         identity: IdentityClient::new(channel.clone()),
         node: NodeClient::new(channel.clone()),
         controller: ControllerClient::new(channel.clone()),
-        group: GroupControllerClient::new(channel),
+        group: GroupControllerClient::new(channel.clone()),
+        metadata: SnapshotMetadataClient::new(channel),
     }
 }
 

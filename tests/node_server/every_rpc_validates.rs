@@ -86,8 +86,14 @@ const TABLE: &[(&str, Row)] = &[
         "GroupController/GetVolumeGroupSnapshot",
         Row::Refused(Code::InvalidArgument),
     ),
-    ("SnapshotMetadata/GetMetadataAllocated", Row::NotServed),
-    ("SnapshotMetadata/GetMetadataDelta", Row::NotServed),
+    (
+        "SnapshotMetadata/GetMetadataAllocated",
+        Row::Refused(Code::InvalidArgument),
+    ),
+    (
+        "SnapshotMetadata/GetMetadataDelta",
+        Row::Refused(Code::InvalidArgument),
+    ),
     ("Node/NodeStageVolume", Row::Refused(Code::InvalidArgument)),
     (
         "Node/NodeUnstageVolume",

@@ -33,5 +33,6 @@ mod sanity;
 mod snapshot_crash;
 mod snapshot_errors;
 mod snapshot_fs;
+mod snapshot_metadata;
 mod snapshots;
 mod state_dir_owner;

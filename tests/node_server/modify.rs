@@ -2,7 +2,7 @@
 //! published volume at once and kept across a restart, the same keys at CreateVolume (from a
 //! VolumeAttributesClass and from a StorageClass), and every refusal with its code, changing
 //! nothing. (`inodeLimit` where sizes are enforced is tested under a Debian kernel, in
-//! `storage::quota_vm`; here, where they are not, it must be refused.)
+//! `booted::quota_vm`; here, where they are not, it must be refused.)
 
 use crate::common;
 

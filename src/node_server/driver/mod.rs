@@ -11,7 +11,8 @@
 //!   `image_growth` — their expansion; `image_inline` — inline ones; `ephemeral` — inline
 //!   volumes.
 //! - `volume_ops` — CreateVolume, DeleteVolume, ControllerExpandVolume; `content` — restores
-//!   and clones; `snapshot_ops` — snapshots and groups; `modify` — ControllerModifyVolume.
+//!   and clones; `snapshot_ops` — snapshots and groups; `modify` — ControllerModifyVolume;
+//!   `metadata_ops` — the snapshots a SnapshotMetadata map is read from, held while it is.
 //! - `quota_patrol` — the background walk that sets back files taken out of their volume's
 //!   project.
 //! - `node_error`, `controller_error` — what the operations fail with.
@@ -25,6 +26,7 @@ mod image;
 mod image_copies;
 mod image_growth;
 mod image_inline;
+mod metadata_ops;
 mod modify;
 mod mount_points;
 mod node_error;
@@ -56,6 +58,7 @@ pub use crate::runtime::WorkerError;
 pub use bind_mounts::BindError;
 pub use controller_error::ControllerError;
 pub use ephemeral::is_ephemeral;
+pub use metadata_ops::{MapSource, MetadataError};
 pub use node_error::NodeError;
 pub use node_ops::{PublishRequest, Staging};
 pub use quota_patrol::QuotaPatrol;

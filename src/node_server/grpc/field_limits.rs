@@ -125,6 +125,21 @@ impl SizeLimits for GetSnapshotRequest {
     }
 }
 
+impl SizeLimits for GetMetadataAllocatedRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("snapshot_id", &self.snapshot_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
+impl SizeLimits for GetMetadataDeltaRequest {
+    fn check_sizes(&self) -> Result<(), Status> {
+        string("base_snapshot_id", &self.base_snapshot_id)?;
+        string("target_snapshot_id", &self.target_snapshot_id)?;
+        map("secrets", &self.secrets)
+    }
+}
+
 impl SizeLimits for CreateVolumeGroupSnapshotRequest {
     fn check_sizes(&self) -> Result<(), Status> {
         string("name", &self.name)?;

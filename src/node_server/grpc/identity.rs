@@ -61,6 +61,7 @@ impl Identity for IdentityService {
                 service_capability(Service::ControllerService),
                 service_capability(Service::VolumeAccessibilityConstraints),
                 service_capability(Service::GroupControllerService),
+                service_capability(Service::SnapshotMetadataService),
                 online,
             ],
         }))

@@ -318,7 +318,7 @@ pub async fn node_expand_volume_works_after_node_publish(s: &mut Sanity) {
 /// An image volume expanded before its first stage grows its filesystem at that stage, which
 /// the kernel allows only with CAP_SYS_RESOURCE (`EXT4_IOC_RESIZE_FS`). Without it (the build
 /// machines' root) the stage must say so, and leave nothing staged; the quota VM's growth case
-/// (`storage::quota_vm::grown`) expands image volumes, published and unstaged, where root has it.
+/// (`booted::quota_vm::grown`) expands image volumes, published and unstaged, where root has it.
 async fn an_image_grows_only_with_cap_sys_resource(s: &mut Sanity, id: &str) {
     let request = NodeStageVolumeRequest {
         volume_capability: Some(s.rwo()),
