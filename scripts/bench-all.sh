@@ -35,7 +35,7 @@ mkdir -p "$(dirname "$log")"
   scripts/bench-storage.sh 2>/dev/null
   echo "== the quota VM test's figures (QEMU software emulation; compare them with each other)"
   bash scripts/vm-kernel.sh
-  unshare --mount --propagation private cargo test --locked --test integration storage::quota_vm -- \
+  unshare --mount --propagation private cargo test --locked --test integration booted::quota_vm -- \
     --include-ignored --nocapture 2>&1 | grep -E '^quota VM (figure|: boot)'
   echo "== load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } 2>&1 | tee "$log"

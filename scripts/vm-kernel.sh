@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the quota VM test (tests/storage/quota_vm/) needs on a Debian 12 machine: QEMU and
+# Installs what the quota VM test (tests/booted/quota_vm/) needs on a Debian 12 machine: QEMU and
 # the tools virtme-ng uses in the guest, the filesystem tools the tests run, virtme-ng from
 # PyPI, and Debian's kernel unpacked under target/vm/kernel. Idempotent and quiet: a second
 # run installs nothing and prints nothing.

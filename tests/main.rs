@@ -3,8 +3,9 @@
 //! area, each with a `mod.rs` that says what it covers:
 //!
 //! - `node_server/`: the CSI plugin through real gRPC, and `sanity/`, csi-sanity re-enacted;
-//! - `storage/`: the Linux layer under it (copies, loop devices, and `quota_vm/`, project
-//!   quotas in a VM);
+//! - `booted/`: what needs another kernel, booted in a VM (`quota_vm/`, project quotas);
+//!   started first, its name sorting first, since it runs longest;
+//! - `storage/`: the Linux layer under it (copies, loop devices);
 //! - `registrar/`: the drop-in node-driver-registrar;
 //! - `probe/`: livenessprobe and the exec probes, the kubelet emulator, the doctor;
 //! - `cli/`: dispatch, flags, `--help`, logging and signals, common to every mode;
@@ -24,6 +25,7 @@
 
 mod common;
 
+mod booted;
 mod cli;
 mod docs_links;
 mod end_to_end;

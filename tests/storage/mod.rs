@@ -1,5 +1,6 @@
 //! The Linux layer under `node-server`, on real filesystems and devices: the copy engine
-//! behind snapshots, loop devices, and project quotas under a real kernel (`quota_vm`).
+//! behind snapshots and loop devices (project quotas, which need another kernel, are
+//! `booted::quota_vm`).
 
 // `fault_suite::copies` churns a volume the same way under the real binary.
 pub(crate) mod copy_churn;
@@ -8,4 +9,3 @@ mod copy_tree;
 mod ext4_image;
 mod loop_device_safety;
 mod loop_devices;
-mod quota_vm;

@@ -30,7 +30,7 @@ mod vm;
 const ROLE: &str = "CSI_NODEKIT_QUOTA_VM";
 /// This test's name, for re-invoking the binary on it alone.
 const TEST_NAME: &str =
-    "storage::quota_vm::project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel";
+    "booted::quota_vm::project_quotas_hold_on_xfs_and_ext4_under_a_debian_kernel";
 
 #[ignore = "needs root, QEMU and a Debian kernel: bash scripts/vm-kernel.sh installs them"]
 #[test]

@@ -170,6 +170,9 @@ pub fn boot(label: &str, env: &[(&str, &str)], disks: &[String]) -> Boot {
     vng.arg("--run")
         .arg(&kernel)
         .args([
+            // These machines' /dev/kvm is nested virtualisation: it opens and creates VMs, but
+            // a guest under it made no progress in 3 minutes at 100% system time (tried
+            // 2026-12-04), where TCG runs the whole suite in about 11.
             "--disable-kvm",
             "--cpus",
             "1",

@@ -18,11 +18,11 @@ use tonic::transport::Channel;
 
 use super::journal::{Journal, Model};
 use super::{Aim, VOLUME_BYTES};
+use crate::booted::quota_vm::served::{Served, runtime};
 use crate::common::csi_node::{Csi, create_request, delete_request};
 use crate::common::csi_snapshots::{
     checksums, delete_snapshot_request, from_snapshot, from_volume, snapshot_request,
 };
-use crate::storage::quota_vm::served::{Served, runtime};
 
 /// How many cycles of work a boot may do before the cut is overdue.
 const MAX_CYCLES: usize = 12;
