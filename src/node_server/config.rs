@@ -26,6 +26,8 @@ pub struct Config {
     pub quota: quota::Mode,
     /// Whether ControllerGetCapabilities lists GET_SNAPSHOT.
     pub advertise_get_snapshot: bool,
+    /// Whether GetPluginCapabilities lists SNAPSHOT_METADATA_SERVICE.
+    pub advertise_snapshot_metadata: bool,
     /// How volumes are checked for files taken out of their project quota.
     pub quota_checks: QuotaChecks,
     /// How the SnapshotMetadata service reports ranges (`--snapshot-metadata-block-size`).
@@ -79,6 +81,7 @@ impl Config {
             overcommit: false,
             quota: quota::Mode::Auto,
             advertise_get_snapshot: false,
+            advertise_snapshot_metadata: false,
             quota_checks: QuotaChecks::default(),
             block_metadata: Shape::Extents,
         }

@@ -79,6 +79,11 @@ crate::mode_args! {
         /// 1Gi, e.g. 64Ki (default: extents)
         #[argh(option, arg_name = "size")]
         pub snapshot_metadata_block_size: Option<ByteSize>,
+        /// advertise the SNAPSHOT_METADATA_SERVICE plugin capability, which the
+        /// external-snapshot-metadata sidecar requires (the service is served either way;
+        /// csi-sanity up to v5.4 fails on the capability)
+        #[argh(switch)]
+        pub advertise_snapshot_metadata: bool,
         /// address of the HTTP server for /metrics (the quota checks' counters), e.g. :9810;
         /// empty means no server
         #[argh(option, default = "OrEmpty::default()")]
@@ -117,6 +122,7 @@ impl Settings {
             overcommit: args.overcommit,
             quota: args.quota,
             advertise_get_snapshot: args.advertise_get_snapshot,
+            advertise_snapshot_metadata: args.advertise_snapshot_metadata,
             quota_checks: config::QuotaChecks {
                 interval: args.quota_check_interval.get(),
                 rate: args.quota_check_rate,

@@ -347,13 +347,21 @@ async fn identity_and_node_info_describe_the_driver_and_pin_volumes_to_this_node
 }
 
 #[test]
-fn bad_driver_names_node_ids_capacities_and_endpoints_exit_2_naming_the_value() {
+fn bad_driver_names_node_ids_capacities_block_sizes_and_endpoints_exit_2_naming_the_value() {
     let dir = tempfile::tempdir().unwrap();
     for (flag, shown) in [
         ("--driver-name=../evil", "\"../evil\""),
         ("--node-id=", "node ID"),
         ("--capacity=10 parsecs", "\"10 parsecs\""),
         ("--max-volumes-per-node=-1", "negative"),
+        (
+            "--snapshot-metadata-block-size=3000",
+            "power of two from 4Ki to 1Gi, not 3000",
+        ),
+        (
+            "--snapshot-metadata-block-size=2Ki",
+            "power of two from 4Ki to 1Gi, not 2048",
+        ),
         // The last --endpoint wins, as with Go's flag package.
         (
             "--endpoint=unix://relative.sock",

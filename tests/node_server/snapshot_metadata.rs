@@ -174,6 +174,7 @@ async fn start_node(kind: Kind, shape: Shape) -> (BlockNode, CsiServer, Csi) {
     let node = BlockNode::new(kind);
     let config = Config {
         block_metadata: shape,
+        advertise_snapshot_metadata: true,
         ..Config::new(DRIVER, NODE, &node.state)
     };
     let server = start(&node.sandbox, config).await;

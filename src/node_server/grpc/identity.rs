@@ -56,14 +56,18 @@ impl Identity for IdentityService {
                 },
             )),
         };
+        let mut capabilities = vec![
+            service_capability(Service::ControllerService),
+            service_capability(Service::VolumeAccessibilityConstraints),
+            service_capability(Service::GroupControllerService),
+        ];
+        // Served either way; csi-sanity fails on a service type it does not know.
+        if self.0.config().advertise_snapshot_metadata {
+            capabilities.push(service_capability(Service::SnapshotMetadataService));
+        }
+        capabilities.push(online);
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![
-                service_capability(Service::ControllerService),
-                service_capability(Service::VolumeAccessibilityConstraints),
-                service_capability(Service::GroupControllerService),
-                service_capability(Service::SnapshotMetadataService),
-                online,
-            ],
+            capabilities,
         }))
     }
 
