@@ -127,6 +127,59 @@ pub enum OptionsError {
     Unsupported(String),
     #[error("mount flags ask for both ro and rw")]
     Conflicting,
+    #[error("mount flag {0:?} is not an SELinux context: context=\"user:role:type:level\"")]
+    BadContext(String),
+    #[error("mount flags give two SELinux contexts, {0:?} and {1:?}")]
+    TwoContexts(String, String),
+}
+
+/// The SELinux context a filesystem is mounted with (`context="system_u:object_r:…:s0:c1,c2"`,
+/// the one mount flag the kubelet adds when the CSIDriver says `seLinuxMount: true`): every
+/// file of that filesystem then has this label, so the runtime need not relabel them. A bind
+/// mount shows its filesystem's label, so only a volume with a filesystem of its own (an image
+/// volume) can take one; the node calls decide that, this type only parses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelinuxContext(String);
+
+impl SelinuxContext {
+    const PREFIX: &'static str = "context=";
+
+    /// Takes the `context=` flag out of `flags` (quoted, as the kubelet writes it since the
+    /// level holds commas, or bare): the context, if any, and the other flags.
+    pub fn take(flags: &[String]) -> Result<(Option<Self>, Vec<String>), OptionsError> {
+        let (mut context, mut rest) = (None::<Self>, Vec::new());
+        for flag in flags {
+            let Some(value) = flag.strip_prefix(Self::PREFIX) else {
+                rest.push(flag.clone());
+                continue;
+            };
+            let label = match value.strip_prefix('"') {
+                Some(quoted) => quoted.strip_suffix('"'),
+                None => Some(value),
+            };
+            let well_formed = |l: &&str| {
+                l.split(':').count() >= 3
+                    && !l
+                        .chars()
+                        .any(|c| c == '"' || c.is_whitespace() || c.is_control())
+            };
+            let Some(label) = label.filter(well_formed) else {
+                return Err(OptionsError::BadContext(flag.clone()));
+            };
+            match &context {
+                Some(Self(first)) if first != label => {
+                    return Err(OptionsError::TwoContexts(first.clone(), label.to_owned()));
+                }
+                _ => context = Some(Self(label.to_owned())),
+            }
+        }
+        Ok((context, rest))
+    }
+
+    /// The label, unquoted: the value `fsconfig` takes for the `context` key.
+    pub fn label(&self) -> &str {
+        &self.0
+    }
 }
 
 /// `a, b and c`.
@@ -274,6 +327,38 @@ mod tests {
             matches!(&err, OptionsError::Unsupported(f) if f == context),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_kubelets_quoted_selinux_context_is_taken_out_and_the_other_flags_kept() {
+        let label = "system_u:object_r:container_file_t:s0:c12,c34";
+        let given = flags(&["noatime", &format!("context=\"{label}\""), "nodev"]);
+        let (context, rest) = SelinuxContext::take(&given).unwrap();
+        assert_eq!(context.unwrap().label(), label);
+        assert_eq!(rest, flags(&["noatime", "nodev"]));
+        let bare = SelinuxContext::take(&flags(&["context=system_u:object_r:t:s0"])).unwrap();
+        assert_eq!(bare.0.unwrap().label(), "system_u:object_r:t:s0");
+    }
+
+    #[test]
+    fn a_malformed_or_second_different_selinux_context_is_refused() {
+        for bad in [
+            "context=",
+            "context=\"a:b:c",
+            "context=nolabel",
+            "context=\"a:b:c d\"",
+        ] {
+            let err = SelinuxContext::take(&flags(&[bad])).unwrap_err();
+            assert!(
+                matches!(&err, OptionsError::BadContext(f) if f == bad),
+                "{bad}: {err}"
+            );
+        }
+        let two = flags(&["context=a:b:c", "context=\"a:b:d\""]);
+        let err = SelinuxContext::take(&two).unwrap_err();
+        assert!(matches!(err, OptionsError::TwoContexts(..)), "{err}");
+        let same = flags(&["context=a:b:c", "context=\"a:b:c\""]);
+        assert!(SelinuxContext::take(&same).unwrap().0.is_some());
     }
 
     #[test]

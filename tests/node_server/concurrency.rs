@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use common::csi_node::*;
-use csi_nodekit::linux::mount::{MountError, MountOptions};
+use csi_nodekit::linux::mount::{MountError, MountOptions, SelinuxContext};
 use csi_nodekit::linux::mountinfo::MountTable;
 use csi_nodekit::linux::mountpoint::{Shown, Top};
 use csi_nodekit::linux::statmount::Containing;
@@ -80,9 +80,10 @@ impl Mounter for GateMounter {
         fstype: &std::ffi::CStr,
         target: &Path,
         options: MountOptions,
+        context: Option<&SelinuxContext>,
         prepare: &mut dyn FnMut(&std::fs::File) -> std::io::Result<()>,
     ) -> Result<(), MountError> {
-        LinuxMounter.mount_device(device, fstype, target, options, prepare)
+        LinuxMounter.mount_device(device, fstype, target, options, context, prepare)
     }
 
     fn unmount(&self, target: &Path, checked: &Top) -> Result<(), MountError> {

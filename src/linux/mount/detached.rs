@@ -8,13 +8,13 @@
 //! mounted detached (`fsopen`, `fsconfig`, `fsmount`), readied through its root while no path
 //! shows it, given its flags, then attached onto the checked descriptor.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use crate::linux::mount_options::MountOptions;
+use crate::linux::mount_options::{MountOptions, SelinuxContext};
 
 /// Whether the kernel did the bind: `Ok(false)` when it lacks the calls (before 5.2, or
 /// before 5.12 when flags are asked), and nothing was done.
@@ -91,12 +91,15 @@ fn attach(tree: &OwnedFd, onto: &OwnedFd) -> Result<(), Errno> {
 /// Mounts the `fstype` filesystem on the block device `device` onto what `onto` is open on:
 /// `prepare` gets its root, open and writable, before any path shows it (a failure there, as
 /// any before the attach, leaves nothing mounted), then `options`' flags are set and the mount
-/// attached. Needs Linux 5.2 (5.12 for flags); an older kernel is ENOSYS.
+/// attached. A `context` is the superblock's SELinux label, set before it is created: a kernel
+/// without SELinux (or without a policy loaded) refuses it, and the error says so. Needs Linux
+/// 5.2 (5.12 for flags); an older kernel is ENOSYS.
 pub fn mount_device(
     fstype: &CStr,
     device: &CStr,
     onto: &OwnedFd,
     options: MountOptions,
+    context: Option<&SelinuxContext>,
     prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     // SAFETY: a NUL-terminated name and flags; the call reads nothing else.
@@ -114,6 +117,25 @@ pub fn mount_device(
         // loop device turns that into holes punched in its file: a thick image would thin out
         // under its filesystem. Its unwritten blocks read as zeros already.
         fs_config(&fs, libc::FSCONFIG_SET_FLAG, Some(c"noinit_itable"), None)?;
+    }
+    if let Some(context) = context {
+        let label = CString::new(context.label()).map_err(std::io::Error::other)?;
+        fs_config(
+            &fs,
+            libc::FSCONFIG_SET_STRING,
+            Some(c"context"),
+            Some(&label),
+        )
+        .map_err(|errno| {
+            std::io::Error::new(
+                std::io::Error::from(errno).kind(),
+                format!(
+                    "the kernel refused the SELinux mount option context={:?} ({errno}): it \
+                         takes one only where SELinux is enabled with a policy loaded",
+                    context.label()
+                ),
+            )
+        })?;
     }
     fs_config(&fs, libc::FSCONFIG_CMD_CREATE, None, None)?;
     // SAFETY: an open filesystem context and flags; no pointers.

@@ -117,10 +117,12 @@ impl Mounter for RecordingMounter {
         _fstype: &CStr,
         target: &Path,
         options: MountOptions,
+        context: Option<&SelinuxContext>,
         _prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
     ) -> Result<(), MountError> {
+        let context = context.map_or(String::new(), |c| format!(" context={}", c.label()));
         self.calls.lock().unwrap().push(format!(
-            "mount-device {} {}",
+            "mount-device {} {}{context}",
             device.display(),
             target.display()
         ));

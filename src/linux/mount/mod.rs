@@ -14,7 +14,7 @@ use nix::fcntl::OFlag;
 use nix::mount::{MntFlags, MsFlags};
 
 use crate::linux::mount_options::kept_flags;
-pub use crate::linux::mount_options::{MountOptions, OptionsError};
+pub use crate::linux::mount_options::{MountOptions, OptionsError, SelinuxContext};
 use crate::linux::mountinfo::MountTable;
 use crate::linux::mountpoint::{self, Root, Shown, Top};
 use crate::linux::resolve::open_no_symlinks;
@@ -44,15 +44,16 @@ pub trait Mounter: Send + Sync {
     /// `target`, read-only if asked; on failure nothing stays mounted.
     fn bind_file(&self, source: &Path, target: &Path, readonly: bool) -> Result<(), MountError>;
     /// Mounts the `fstype` filesystem on the block device `device` onto the directory
-    /// `target` (opened through no symbolic link), with `options`' flags; `prepare` gets the
-    /// filesystem's root, open and writable, before any path shows it. On failure (`prepare`'s
-    /// too) nothing stays mounted.
+    /// `target` (opened through no symbolic link), with `options`' flags and, if given, the
+    /// SELinux `context`; `prepare` gets the filesystem's root, open and writable, before any
+    /// path shows it. On failure (`prepare`'s too) nothing stays mounted.
     fn mount_device(
         &self,
         device: &Path,
         fstype: &CStr,
         target: &Path,
         options: MountOptions,
+        context: Option<&SelinuxContext>,
         prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
     ) -> Result<(), MountError>;
     /// Unmounts the topmost mount at `target` if it is still the one `checked` there (by
@@ -224,12 +225,13 @@ impl Mounter for LinuxMounter {
         fstype: &CStr,
         target: &Path,
         options: MountOptions,
+        context: Option<&SelinuxContext>,
         prepare: &mut dyn FnMut(&File) -> std::io::Result<()>,
     ) -> Result<(), MountError> {
         let onto = open_dir(target).map_err(PathIoError::at("open mount target", target))?;
         let source = CString::new(device.as_os_str().as_encoded_bytes())
             .map_err(|e| PathIoError::new("mount", device, std::io::Error::other(e)))?;
-        detached::mount_device(fstype, &source, &onto, options, prepare)
+        detached::mount_device(fstype, &source, &onto, options, context, prepare)
             .map_err(PathIoError::at("mount a filesystem onto", target))
     }
 

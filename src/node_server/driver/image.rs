@@ -30,6 +30,7 @@ use crate::csi_spec::Field;
 use crate::linux::ext4_image::{self, BLOCK_BYTES};
 use crate::linux::loopdev::{self, AttachOptions, Found, LoopDevice, Status};
 use crate::linux::mount::MountOptions;
+use crate::linux::mount_options::SelinuxContext;
 use crate::linux::mountpoint::Shown;
 use crate::linux::resolve;
 #[cfg(doc)]
@@ -235,6 +236,7 @@ impl Driver {
         record: &Record,
         staging: &Path,
         options: MountOptions,
+        context: Option<&SelinuxContext>,
         group: Option<u32>,
     ) -> Result<(), NodeError> {
         let image = self.image_of(&record.id);
@@ -271,7 +273,7 @@ impl Driver {
                 let dev = device.device.path();
                 (self
                     .mounter
-                    .mount_device(&dev, EXT4, staging, options, &mut prepare))
+                    .mount_device(&dev, EXT4, staging, options, context, &mut prepare))
                 .map_err(NodeError::from)
             });
         if let Err(e) = mounted {

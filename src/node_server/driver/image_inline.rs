@@ -39,7 +39,8 @@ impl Driver {
     ) -> Result<Published, NodeError> {
         let made = bind_mounts::make_mount_point(Field::TargetPath, target);
         let staged = made.map_err(NodeError::from).and_then(|made| {
-            self.stage_image(record, target, req.options, req.group)?;
+            let context = req.context.as_ref();
+            self.stage_image(record, target, req.options, context, req.group)?;
             Ok(Published::Mounted { created: made })
         });
         if staged.is_err() && created {

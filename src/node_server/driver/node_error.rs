@@ -109,6 +109,14 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    /// An SELinux `context=` mount flag for a volume bind-mounted from the state directory.
+    #[error(
+        "volume {id} is a directory on the state directory's filesystem, bind-mounted, and a \
+         bind mount shows its filesystem's SELinux label: it cannot be mounted with \
+         context={label:?}; volumes of `layout: image` (a filesystem of their own) can, or \
+         give this driver's CSIDriver `seLinuxMount: false`"
+    )]
+    ContextOnABind { id: String, label: String },
     /// Growing an image volume's filesystem needs CAP_SYS_RESOURCE (`EXT4_IOC_RESIZE_FS`).
     #[error(
         "the filesystem of volume {id} must grow from {from} to {to} bytes, and the kernel \

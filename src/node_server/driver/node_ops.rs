@@ -11,6 +11,7 @@ use super::node_error::NodeError;
 use super::{Driver, ephemeral};
 use crate::csi_spec::Field;
 use crate::linux::mount::MountOptions;
+use crate::linux::mount_options::SelinuxContext;
 use crate::node_server::state::volumes::Record;
 use crate::node_server::state::volumes::project_quotas::Hold;
 use crate::node_server::state::volumes::roles::Role;
@@ -23,6 +24,8 @@ pub struct PublishRequest {
     /// `None` only for an ephemeral volume, which is not staged.
     pub staging: Option<PathBuf>,
     pub options: MountOptions,
+    /// The SELinux context the kubelet asked the volume's filesystem to carry.
+    pub context: Option<SelinuxContext>,
     /// SINGLE_NODE_SINGLE_WRITER.
     pub exclusive: bool,
     pub group: Option<u32>,
@@ -33,9 +36,11 @@ pub struct PublishRequest {
 }
 
 /// How a NodeStageVolume request stages.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Staging {
     pub options: MountOptions,
+    /// The SELinux context the kubelet asked the volume's filesystem to carry.
+    pub context: Option<SelinuxContext>,
     pub group: Option<u32>,
     pub block: bool,
     /// SINGLE_NODE_SINGLE_WRITER: no second staging path.
@@ -58,6 +63,7 @@ impl Driver {
     pub fn stage(&self, id: &str, staging: &Path, how: Staging) -> Result<(), NodeError> {
         let Staging {
             options,
+            context,
             group,
             block,
             exclusive,
@@ -77,9 +83,10 @@ impl Driver {
             return Ok(self.volumes.records().note_staged(id, &staging)?);
         }
         if record.is_image() {
-            self.stage_image(&record, &staging, options, group)?;
+            self.stage_image(&record, &staging, options, context.as_ref(), group)?;
             return Ok(self.volumes.records().note_staged(id, &staging)?);
         }
+        no_context_for_a_bind(&record, context.as_ref())?;
         if let Some(gid) = group {
             self.volumes.storage_of(&record).set_group(&record, gid)?;
         }
@@ -216,10 +223,12 @@ impl Driver {
             exclusive: req.exclusive,
         };
         let storage = self.volumes.storage_of(record);
-        let result = req
-            .group
-            .map_or(Ok(()), |gid| storage.set_group(record, gid))
-            .map_err(NodeError::from)
+        let result = no_context_for_a_bind(record, req.context.as_ref())
+            .and_then(|()| {
+                (req.group)
+                    .map_or(Ok(()), |gid| storage.set_group(record, gid))
+                    .map_err(NodeError::from)
+            })
             .and_then(|()| Ok(bind_mounts::bind_target(&*self.mounter, &publication)?));
         if result.is_err() && created {
             // Do not leave behind an ephemeral volume nobody will unpublish.
@@ -371,4 +380,19 @@ fn existing_path(value: &str) -> Result<PathBuf, NodeError> {
     };
     let path = crate::paths::normalise(value).map_err(|_| not_found())?;
     std::fs::canonicalize(path).map_err(|_| not_found())
+}
+
+/// A directory volume is bind-mounted from the state directory's filesystem, whose label it
+/// shows: it cannot carry an SELinux context of its own.
+fn no_context_for_a_bind(
+    record: &Record,
+    context: Option<&SelinuxContext>,
+) -> Result<(), NodeError> {
+    match context {
+        Some(context) => Err(NodeError::ContextOnABind {
+            id: record.id.clone(),
+            label: context.label().to_owned(),
+        }),
+        None => Ok(()),
+    }
 }

@@ -40,7 +40,8 @@ fn status(error: NodeError) -> Status {
         | E::InsideVolume { .. }
         | E::Bind(P::NoParent { .. })
         | E::EphemeralSize(_)
-        | E::EphemeralLayout(_) => Code::InvalidArgument,
+        | E::EphemeralLayout(_)
+        | E::ContextOnABind { .. } => Code::InvalidArgument,
         // "Exceeds capabilities": a block capability for a directory, or the other way round.
         E::AccessType { .. } => Code::FailedPrecondition,
         // Another driver's or an administrator's device on the file, or a node that is not
@@ -216,6 +217,7 @@ impl Node for NodeService {
         let exclusive = cap.mode == AccessMode::SingleNodeSingleWriter;
         let how = Staging {
             options,
+            context: cap.context.clone(),
             group: cap.group,
             block: cap.block,
             exclusive,
@@ -287,6 +289,7 @@ impl Node for NodeService {
             staging: staging.filter(|_| !ephemeral),
             // A reader-only mode is published read-only whatever `readonly` says.
             options: cap.options(req.readonly || reader_only(cap.mode))?,
+            context: cap.context.clone(),
             exclusive: cap.mode == AccessMode::SingleNodeSingleWriter,
             group: cap.group,
             ephemeral: ephemeral.then_some(req.volume_context),

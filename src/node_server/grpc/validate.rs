@@ -8,6 +8,7 @@ use tonic::Status;
 
 use crate::csi_spec::Field;
 use crate::linux::mount::MountOptions;
+use crate::linux::mount_options::{OptionsError, SelinuxContext};
 use crate::proto::csi::{CapacityRange, VolumeCapability, volume_capability};
 
 pub use volume_capability::access_mode::Mode as AccessMode;
@@ -115,8 +116,11 @@ pub struct Capability {
     pub mode: AccessMode,
     /// Raw block access: the volume is a device, not a directory.
     pub block: bool,
-    /// The capability's own mount flags (the request's `readonly` is added by the caller).
+    /// The capability's own mount flags (the request's `readonly` is added by the caller),
+    /// the SELinux context taken out.
     pub flags: Vec<String>,
+    /// `context=` among the mount flags: for a volume with a filesystem of its own only.
+    pub context: Option<SelinuxContext>,
     /// `volume_mount_group`: the group that must own the volume.
     pub group: Option<u32>,
 }
@@ -153,11 +157,13 @@ pub fn capability(cap: Option<&VolumeCapability>) -> Result<Capability, Status> 
             mode,
             block: true,
             flags: Vec::new(),
+            context: None,
             group: None,
         }),
         Some(volume_capability::AccessType::Mount(mount)) => {
-            MountOptions::parse(&mount.mount_flags, false)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let invalid = |e: OptionsError| Status::invalid_argument(e.to_string());
+            let (context, flags) = SelinuxContext::take(&mount.mount_flags).map_err(invalid)?;
+            MountOptions::parse(&flags, false).map_err(invalid)?;
             let group = match mount.volume_mount_group.as_str() {
                 "" => None,
                 text => Some(text.parse::<u32>().map_err(|_| {
@@ -169,7 +175,8 @@ pub fn capability(cap: Option<&VolumeCapability>) -> Result<Capability, Status> 
             Ok(Capability {
                 mode,
                 block: false,
-                flags: mount.mount_flags.clone(),
+                flags,
+                context,
                 group,
             })
         }
