@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use csi_nodekit::proto::csi::controller_client::ControllerClient;
 use csi_nodekit::proto::csi::snapshot_metadata_client::SnapshotMetadataClient;
-use csi_nodekit::proto::csi::volume_capability::access_mode::Mode;
-use csi_nodekit::proto::csi::volume_capability::{AccessMode, AccessType, BlockVolume};
+use csi_nodekit::proto::csi::volume_capability::{AccessType, BlockVolume};
 use csi_nodekit::proto::csi::*;
 
 #[allow(dead_code)]
@@ -26,25 +25,22 @@ use csi_nodekit::proto::csi::*;
 mod bench;
 use bench::scratch_fs::{Kind, ScratchFs};
 use bench::{GIB, MIB, fill, selected};
+#[allow(dead_code)]
+#[path = "support/image_volumes.rs"]
+mod image_volumes;
+
+type Maps = SnapshotMetadataClient<tonic::transport::Channel>;
 
 const PIECE: u64 = 64 << 10;
 const CHUNK: usize = 4 << 20;
 
+/// CreateVolume of a raw block volume of `bytes`.
 fn block_volume(name: &str, bytes: u64) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name: name.into(),
-        capacity_range: Some(CapacityRange {
-            required_bytes: bytes as i64,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![VolumeCapability {
-            access_mode: Some(AccessMode {
-                mode: Mode::SingleNodeWriter as i32,
-            }),
-            access_type: Some(AccessType::Block(BlockVolume {})),
-        }],
-        ..Default::default()
+    let mut request = image_volumes::create_request(name, bytes, &[]);
+    for capability in &mut request.volume_capabilities {
+        capability.access_type = Some(AccessType::Block(BlockVolume {}));
     }
+    request
 }
 
 /// Syncs and empties the page cache, so every read below comes from the disk.
@@ -103,30 +99,17 @@ struct Streamed {
     took: Duration,
 }
 
-async fn delta(
-    client: &mut SnapshotMetadataClient<tonic::transport::Channel>,
-    base: &str,
-    target: &str,
+/// Reads a map's stream to its end.
+async fn drain<M>(
+    started: Instant,
+    mut stream: tonic::Streaming<M>,
+    entries_of: fn(&M) -> &[BlockMetadata],
 ) -> Streamed {
-    let started = Instant::now();
-    let request = GetMetadataDeltaRequest {
-        base_snapshot_id: base.into(),
-        target_snapshot_id: target.into(),
-        ..Default::default()
-    };
-    let mut stream = client
-        .get_metadata_delta(request)
-        .await
-        .expect("delta")
-        .into_inner();
     let (mut entries, mut bytes) = (0, 0);
-    while let Some(message) = stream.message().await.expect("delta stream") {
-        entries += message.block_metadata.len();
-        bytes += message
-            .block_metadata
-            .iter()
-            .map(|b| b.size_bytes as u64)
-            .sum::<u64>();
+    while let Some(message) = stream.message().await.expect("map stream") {
+        let batch = entries_of(&message);
+        entries += batch.len();
+        bytes += batch.iter().map(|b| b.size_bytes as u64).sum::<u64>();
     }
     Streamed {
         entries,
@@ -135,34 +118,28 @@ async fn delta(
     }
 }
 
-async fn allocated(
-    client: &mut SnapshotMetadataClient<tonic::transport::Channel>,
-    id: &str,
-) -> Streamed {
+async fn delta(maps: &mut Maps, base: &str, target: &str) -> Streamed {
+    let started = Instant::now();
+    let request = GetMetadataDeltaRequest {
+        base_snapshot_id: base.into(),
+        target_snapshot_id: target.into(),
+        ..Default::default()
+    };
+    let stream = maps.get_metadata_delta(request).await.expect("delta");
+    drain(started, stream.into_inner(), |m| &m.block_metadata).await
+}
+
+async fn allocated(maps: &mut Maps, id: &str) -> Streamed {
     let started = Instant::now();
     let request = GetMetadataAllocatedRequest {
         snapshot_id: id.into(),
         ..Default::default()
     };
-    let mut stream = client
+    let stream = maps
         .get_metadata_allocated(request)
         .await
-        .expect("allocated")
-        .into_inner();
-    let (mut entries, mut bytes) = (0, 0);
-    while let Some(message) = stream.message().await.expect("allocated stream") {
-        entries += message.block_metadata.len();
-        bytes += message
-            .block_metadata
-            .iter()
-            .map(|b| b.size_bytes as u64)
-            .sum::<u64>();
-    }
-    Streamed {
-        entries,
-        bytes,
-        took: started.elapsed(),
-    }
+        .expect("allocated");
+    drain(started, stream.into_inner(), |m| &m.block_metadata).await
 }
 
 async fn measure(kind: Kind, bytes: u64) {
