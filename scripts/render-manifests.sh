@@ -8,7 +8,8 @@
 #                   (default: localhost/csi-nodekit:<version>, as shipped)
 #   --kubelet-root  the kubelet's --root-dir on the nodes (default /var/lib/kubelet); MicroK8s:
 #                   /var/snap/microk8s/common/var/lib/kubelet, k0s: /var/lib/k0s/kubelet
-#   --with          components to add, comma-separated: snapshots, metrics (default: none)
+#   --with          components to add, comma-separated: snapshots, metrics, selinux (volumes
+#                   mounted with their pod's SELinux label: image volumes only) (default: none)
 #   --out           where the rendered files go (default target/manifests): csi-nodekit.yaml
 #                   (kubectl apply -f it) and examples/, drop-in/, tools/; other files are left
 #
@@ -22,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '5,15s/^# \{0,1\}//p' "$0" >&2
+  sed -n '5,14s/^# \{0,1\}//p' "$0" >&2
 }
 fail_usage() {
   echo "render-manifests.sh: $1" >&2
@@ -71,8 +72,8 @@ if [ -n "$with" ]; then
   IFS=, read -r -a wanted <<<"$with"
   for component in "${wanted[@]}"; do
     case $component in
-      snapshots | metrics) components+=("$component") ;;
-      *) fail_usage "invalid value \"$with\" for flag --with: components are snapshots, metrics" ;;
+      snapshots | metrics | selinux) components+=("$component") ;;
+      *) fail_usage "invalid value \"$with\" for flag --with: components are snapshots, metrics, selinux" ;;
     esac
   done
 fi

@@ -182,3 +182,60 @@ fn our_image_is_pulled_if_not_present_only_under_a_tag_or_digest_that_names_one_
         assert_eq!(pulled, "Always", "{file:?}");
     }
 }
+
+/// The StorageClasses of our provisioner and their `layout`, and the CSIDriver's
+/// `seLinuxMount`, in rendered documents.
+fn selinux_view(docs: &[(PathBuf, Value)]) -> (Option<bool>, Vec<(String, String)>) {
+    let of_kind = |kind: &'static str| {
+        (docs.iter())
+            .map(|(_, doc)| doc)
+            .filter(move |doc| doc["kind"] == kind)
+    };
+    let mount = of_kind("CSIDriver")
+        .find(|d| d["metadata"]["name"] == "nodekit.csi.local")
+        .and_then(|d| d["spec"]["seLinuxMount"].as_bool());
+    let classes = of_kind("StorageClass")
+        .filter(|c| c["provisioner"] == "nodekit.csi.local")
+        .map(|c| {
+            let name = c["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let layout = c["parameters"]["layout"].as_str().unwrap_or("directory");
+            (name, layout.to_owned())
+        })
+        .collect();
+    (mount, classes)
+}
+
+#[ignore = "needs kubectl, kubernetes-validate and PyYAML (.ci/run installs them)"]
+#[test]
+fn the_selinux_component_turns_on_selinux_mounts_and_keeps_only_image_volume_classes() {
+    let plain = rendered(&[]);
+    let (mount, classes) = selinux_view(&documents_in(plain.path()));
+    assert_eq!(
+        mount,
+        Some(false),
+        "without the component: the runtime relabels"
+    );
+    assert!(
+        classes.iter().any(|(_, layout)| layout == "directory"),
+        "{classes:?}"
+    );
+
+    let out = rendered(&["--with=selinux,snapshots"]);
+    validate_strictly(&manifests_in(out.path()));
+    let docs = documents_in(out.path());
+    check_command_lines(&docs, IMAGE);
+    let (mount, classes) = selinux_view(&docs);
+    assert_eq!(
+        mount,
+        Some(true),
+        "the kubelet passes context= and skips relabelling"
+    );
+    assert!(!classes.is_empty());
+    assert!(
+        classes.iter().all(|(_, layout)| layout == "image"),
+        "every class makes volumes that can take a context: {classes:?}"
+    );
+}
