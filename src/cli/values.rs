@@ -120,6 +120,7 @@ flag_value!(
     TcpPort,
     NonEmptyPath,
     ByteSize,
+    BlockSize,
     AbsolutePath,
     HostSocketPath,
     SocketMode,
@@ -301,6 +302,34 @@ impl FlagValue for ByteSize {
                 Self::LEAST
             ))),
             _ => Ok(Self(size)),
+        }
+    }
+}
+
+/// `--snapshot-metadata-block-size`: a power of two from 4Ki (the granule deltas are compared
+/// in) to 1Gi, in the quantity forms `--capacity` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSize(u64);
+
+impl BlockSize {
+    pub const LEAST: u64 = 4 << 10;
+    pub const MOST: u64 = 1 << 30;
+
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+impl FlagValue for BlockSize {
+    fn parse(text: &str) -> Result<Self, Refusal> {
+        let size: Quantity = text.parse().map_err(Refusal::new)?;
+        match size.bytes() {
+            bytes if bytes.is_power_of_two() && (Self::LEAST..=Self::MOST).contains(&bytes) => {
+                Ok(Self(bytes))
+            }
+            bytes => Err(Refusal::new(format!(
+                "must be a power of two from 4Ki to 1Gi, not {bytes}"
+            ))),
         }
     }
 }

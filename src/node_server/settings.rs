@@ -10,11 +10,11 @@ use argh::{ArgsInfo, FromArgs};
 
 use super::config::{self, Config};
 use crate::cli::values::{
-    AbsolutePath, ByteSize, FlagValue, GroupId, HttpEndpoint, OrEmpty, PositiveDuration,
+    AbsolutePath, BlockSize, ByteSize, FlagValue, GroupId, HttpEndpoint, OrEmpty, PositiveDuration,
     SocketAddress, SocketMode,
 };
 use crate::linux::quota;
-use crate::node_server::block_maps::{GRANULE, Shape};
+use crate::node_server::block_maps::Shape;
 use crate::{BoxError, UsageError, socket};
 
 /// The default driver name: domain-style, as the CSI spec requires.
@@ -78,7 +78,7 @@ crate::mode_args! {
         /// (VARIABLE_LENGTH), or blocks of this size (FIXED_LENGTH), a power of two from 4Ki to
         /// 1Gi, e.g. 64Ki (default: extents)
         #[argh(option, arg_name = "size")]
-        pub snapshot_metadata_block_size: Option<ByteSize>,
+        pub snapshot_metadata_block_size: Option<BlockSize>,
         /// advertise the SNAPSHOT_METADATA_SERVICE plugin capability, which the
         /// external-snapshot-metadata sidecar requires (the service is served either way;
         /// csi-sanity up to v5.4 fails on the capability)
@@ -111,7 +111,8 @@ impl Settings {
         if args.quota_check_rate == 0 {
             return Err(UsageError::new("--quota-check-rate must be more than 0").into());
         }
-        let block_metadata = block_shape(args.snapshot_metadata_block_size)?;
+        let block_metadata = (args.snapshot_metadata_block_size)
+            .map_or(Shape::Extents, |size| Shape::Blocks(size.bytes()));
         let config = Config {
             node_id: match args.node_id {
                 Some(id) => id,
@@ -156,21 +157,6 @@ impl Settings {
             config,
         })
     }
-}
-
-/// `--snapshot-metadata-block-size`: fixed blocks of a power-of-two size from 4 KiB (the
-/// granule deltas are compared in) to 1 GiB, else extents.
-fn block_shape(size: Option<ByteSize>) -> Result<Shape, BoxError> {
-    let Some(size) = size.map(ByteSize::bytes) else {
-        return Ok(Shape::Extents);
-    };
-    if !size.is_power_of_two() || !(GRANULE..=1 << 30).contains(&size) {
-        return Err(UsageError::new(format!(
-            "--snapshot-metadata-block-size must be a power of two from 4Ki to 1Gi, not {size}"
-        ))
-        .into());
-    }
-    Ok(Shape::Blocks(size))
 }
 
 /// A `--state-dir` that holds what no node-server made (`/`, `/tmp`, a typo for another

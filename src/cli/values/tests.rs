@@ -110,6 +110,15 @@ fn paths_sizes_and_empty_values() {
         );
     }
     assert_eq!(ByteSize::parse("1Mi").unwrap().bytes(), 1 << 20);
+    assert_eq!(BlockSize::parse("64Ki").unwrap().bytes(), 64 << 10);
+    assert_eq!(BlockSize::parse("4096").unwrap().bytes(), 4096);
+    assert_eq!(BlockSize::parse("1Gi").unwrap().bytes(), 1 << 30);
+    for bad in ["2Ki", "3000", "2Gi", "0"] {
+        assert!(
+            why::<BlockSize>(bad).starts_with("must be a power of two from 4Ki to 1Gi"),
+            "{bad}"
+        );
+    }
     assert_eq!(OrEmpty::<HttpEndpoint>::parse(""), Ok(OrEmpty(None)));
     assert!(
         OrEmpty::<HttpEndpoint>::parse(":1")
