@@ -1,6 +1,7 @@
-//! `node-server`: the CSI plugin itself. Identity, Node, Controller and GroupController (for
-//! this node's own local volumes) on one Unix socket; volumes are directories under
-//! `--state-dir`, published with real bind mounts; snapshots are copies of their trees there.
+//! `node-server`: the CSI plugin itself. Identity, Node, Controller, GroupController and
+//! SnapshotMetadata (for this node's own local volumes) on one Unix socket; volumes are
+//! directories under `--state-dir` or filesystems of their own on loop devices, published with
+//! real mounts; snapshots are copies of their trees or files there.
 //!
 //! - this file — the mode's contract: `main` → [`run`] (the runtime, taking the state
 //!   directory, the socket, what runs beside the server) → [`serve`].

@@ -22,7 +22,7 @@ pub const DEFAULT_DRIVER_NAME: &str = "nodekit.csi.local";
 
 crate::mode_args! {
     #[derive(FromArgs, ArgsInfo, Debug)]
-    /// A CSI plugin for node-local volumes, serving Identity, Node, Controller and GroupController on a Unix socket.
+    /// A CSI plugin for node-local volumes, serving Identity, Node, Controller, GroupController and SnapshotMetadata on a Unix socket.
     pub struct Args {
         /// CSI endpoint to listen on: unix:///path, unix:/path or /path (default
         /// "unix:///csi/csi.sock")
