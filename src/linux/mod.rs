@@ -13,6 +13,8 @@
 //!   O(1) on Linux 6.8+.
 //! - [`quota`] — project quotas: limits, usage, the project-ID allocator, the `--quota` decision.
 //! - [`loopdev`] — loop devices by ioctls: attach, recognise by inode, detach, resize.
+//! - [`cgroup_io`] — a pod's cgroup v2 found by its UID under either kubelet cgroup driver,
+//!   and a device's `io.max` limits written there (not wired to volumes yet).
 //! - [`copy`] — directory trees and files copied with reflinks where the filesystem shares
 //!   extents, sparse copies elsewhere, under crash-safe temporary names.
 //! - [`extents`] — a file's extents (`FIEMAP`), walked in batches: what holds data, and
@@ -29,6 +31,7 @@
 //! - [`resolve`] — request paths resolved following only links root placed, and mount points
 //!   made or removed through a parent opened without following any.
 
+pub mod cgroup_io;
 pub mod copy;
 pub mod dir_stack;
 pub mod ext4_image;
