@@ -6,10 +6,13 @@
 //! read nothing for [`STALLED`], so a client that never reads cannot keep a snapshot from
 //! being deleted.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -69,28 +72,28 @@ fn paging(starting_offset: i64, max_results: i32) -> Result<(u64, usize), Status
     Ok((start, max.min(MOST_RESULTS)))
 }
 
-/// Turns one batch into the response message of the call.
-type Wrap<T> = Box<dyn Fn(Vec<BlockMetadata>) -> T + Send>;
+/// One message's entries, or the error that ends the stream.
+type Batch = Result<Vec<BlockMetadata>, Status>;
+/// A call's stream of response messages.
+type Messages<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;
 
 /// Sends batches into the stream, waiting for the client's reads up to [`STALLED`].
-struct Channel<T> {
-    sender: mpsc::Sender<Result<T, Status>>,
+struct Channel {
+    sender: mpsc::Sender<Batch>,
     runtime: tokio::runtime::Handle,
-    wrap: Wrap<T>,
 }
 
-impl<T: Send + 'static> Sink for Channel<T> {
+impl Sink for Channel {
     fn send(&mut self, batch: Vec<(u64, u64)>) -> bool {
         let entries = (batch.into_iter())
             .map(|(offset, size)| BlockMetadata {
-                byte_offset: i64::try_from(offset).unwrap_or(i64::MAX),
-                size_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+                byte_offset: to_i64(offset),
+                size_bytes: to_i64(size),
             })
             .collect();
-        let message = Ok((self.wrap)(entries));
         let sent = self
             .runtime
-            .block_on(tokio::time::timeout(STALLED, self.sender.send(message)));
+            .block_on(tokio::time::timeout(STALLED, self.sender.send(Ok(entries))));
         matches!(sent, Ok(Ok(())))
     }
 
@@ -99,39 +102,58 @@ impl<T: Send + 'static> Sink for Channel<T> {
     }
 }
 
-/// Starts the stream: `map` writes the map of `source` into a batcher on a blocking thread;
-/// the snapshots stay held until it returns.
-fn stream<T: Send + 'static>(
+/// Which map a stream carries, from which offset (aligned already).
+#[derive(Debug, Clone, Copy)]
+enum Map {
+    Allocated { from: u64 },
+    Delta { from: u64 },
+}
+
+/// Starts the stream of `map` over `source` on a blocking thread (the snapshots stay held until
+/// it returns); each batch becomes a message by `message`.
+fn stream<M: Send + 'static>(
     shape: Shape,
     max: usize,
     source: MapSource,
-    wrap: Wrap<T>,
-    map: impl FnOnce(&MapSource, &mut Batcher<'_, Channel<T>>) -> std::io::Result<()> + Send + 'static,
-) -> ReceiverStream<Result<T, Status>> {
+    map: Map,
+    message: fn(i32, i64, Vec<BlockMetadata>) -> M,
+) -> Messages<M> {
+    let (kind, capacity) = (metadata_type(shape), to_i64(source.capacity));
     let (sender, receiver) = mpsc::channel(2);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let mut channel = Channel {
-            sender,
-            runtime,
-            wrap,
-        };
-        let mut out = Batcher::new(shape, max, &mut channel);
-        let result = map(&source, &mut out);
-        let open = out.finish();
-        drop(source);
-        if let Err(e) = result
-            && open
-        {
-            log::warn!("block map failed: {e}");
-            let failed = Err(Status::internal(format!(
-                "read the snapshot's extents or data: {e}"
-            )));
-            let sent = tokio::time::timeout(STALLED, channel.sender.send(failed));
-            let _ = channel.runtime.block_on(sent);
-        }
+        write_map(shape, max, source, map, Channel { sender, runtime })
     });
-    ReceiverStream::new(receiver)
+    Box::pin(
+        ReceiverStream::new(receiver).map(move |batch| batch.map(|b| message(kind, capacity, b))),
+    )
+}
+
+/// The blocking half of [`stream`]: the map written into the channel, an I/O error sent after
+/// what was sent already.
+fn write_map(shape: Shape, max: usize, source: MapSource, map: Map, mut channel: Channel) {
+    let mut out = Batcher::new(shape, max, &mut channel);
+    let result = match (map, &source.base) {
+        (Map::Allocated { from }, _) => {
+            block_maps::allocated(&source.target, from, source.capacity, &mut out)
+        }
+        (Map::Delta { from }, Some(base)) => {
+            block_maps::delta(base, &source.target, from, source.capacity, &mut out)
+        }
+        (Map::Delta { .. }, None) => Ok(()),
+    };
+    let open = out.finish();
+    drop(source);
+    if let Err(e) = result
+        && open
+    {
+        log::warn!("block map failed: {e}");
+        let failed = Err(Status::internal(format!(
+            "read the snapshot's extents or data: {e}"
+        )));
+        let sent = tokio::time::timeout(STALLED, channel.sender.send(failed));
+        let _ = channel.runtime.block_on(sent);
+    }
 }
 
 /// The shape's wire name.
@@ -144,8 +166,8 @@ fn metadata_type(shape: Shape) -> i32 {
 
 #[tonic::async_trait]
 impl SnapshotMetadata for SnapshotMetadataService {
-    type GetMetadataAllocatedStream = ReceiverStream<Result<GetMetadataAllocatedResponse, Status>>;
-    type GetMetadataDeltaStream = ReceiverStream<Result<GetMetadataDeltaResponse, Status>>;
+    type GetMetadataAllocatedStream = Messages<GetMetadataAllocatedResponse>;
+    type GetMetadataDeltaStream = Messages<GetMetadataDeltaResponse>;
 
     async fn get_metadata_allocated(
         &self,
@@ -159,17 +181,17 @@ impl SnapshotMetadata for SnapshotMetadataService {
         let shape = self.0.config().block_metadata;
         let work = move |d: &Driver| d.allocated_source(&id, start);
         let source = self.0.blocking(work).await.map_err(status)?;
-        let (kind, capacity) = (metadata_type(shape), to_i64(source.capacity));
-        let from = start / shape.alignment() * shape.alignment();
-        let wrap = Box::new(move |block_metadata| GetMetadataAllocatedResponse {
-            block_metadata_type: kind,
-            volume_capacity_bytes: capacity,
-            block_metadata,
-        });
-        let map = move |s: &MapSource, out: &mut Batcher<'_, _>| {
-            block_maps::allocated(&s.target, from, s.capacity, out)
+        let map = Map::Allocated {
+            from: start / shape.alignment() * shape.alignment(),
         };
-        Ok(Response::new(stream(shape, max, source, wrap, map)))
+        let message = |block_metadata_type, volume_capacity_bytes, block_metadata| {
+            GetMetadataAllocatedResponse {
+                block_metadata_type,
+                volume_capacity_bytes,
+                block_metadata,
+            }
+        };
+        Ok(Response::new(stream(shape, max, source, map, message)))
     }
 
     async fn get_metadata_delta(
@@ -186,18 +208,16 @@ impl SnapshotMetadata for SnapshotMetadataService {
         let shape = self.0.config().block_metadata;
         let work = move |d: &Driver| d.delta_source(&base, &target, start);
         let source = self.0.blocking(work).await.map_err(status)?;
-        let (kind, capacity) = (metadata_type(shape), to_i64(source.capacity));
-        let from = start / shape.alignment() * shape.alignment();
-        let wrap = Box::new(move |block_metadata| GetMetadataDeltaResponse {
-            block_metadata_type: kind,
-            volume_capacity_bytes: capacity,
-            block_metadata,
-        });
-        let map = move |s: &MapSource, out: &mut Batcher<'_, _>| match &s.base {
-            Some(base) => block_maps::delta(base, &s.target, from, s.capacity, out),
-            None => Ok(()),
+        let map = Map::Delta {
+            from: start / shape.alignment() * shape.alignment(),
         };
-        Ok(Response::new(stream(shape, max, source, wrap, map)))
+        let message =
+            |block_metadata_type, volume_capacity_bytes, block_metadata| GetMetadataDeltaResponse {
+                block_metadata_type,
+                volume_capacity_bytes,
+                block_metadata,
+            };
+        Ok(Response::new(stream(shape, max, source, map, message)))
     }
 }
 
