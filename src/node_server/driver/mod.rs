@@ -208,6 +208,8 @@ impl Driver {
             }
             self.volumes
                 .finish_delete_after_removal(&id, &table, claim.is_some());
+            drop(claim);
+            self.volumes.end_background_deletion(&id);
         }
     }
 
@@ -321,6 +323,12 @@ impl Driver {
         max: usize,
     ) -> (Vec<Snapshot>, Option<String>) {
         self.snapshots.page(filter, start, max)
+    }
+
+    /// Whether `id`'s deletion is being ended in the background (see
+    /// [`finish_deletes_after_removal`](Self::finish_deletes_after_removal)).
+    pub fn deleting_in_background(&self, id: &str) -> bool {
+        self.volumes.deleting_in_background(id)
     }
 
     /// A snapshot that must exist.

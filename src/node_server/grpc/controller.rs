@@ -194,6 +194,11 @@ impl Controller for ControllerService {
         // already (OK).
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         log::trace!("DeleteVolume volume={id}");
+        // A deletion a crash cut short, being ended in the background under the volume's
+        // claim: the CO's retry is answered at once rather than ABORTED while it settles.
+        if self.0.deleting_in_background(&id) {
+            return Ok(Response::new(DeleteVolumeResponse {}));
+        }
         let key = id.clone();
         let work = move |d: &Driver| d.delete(&id);
         self.0.claimed(&key, work).await.map_err(status)?;

@@ -202,10 +202,22 @@ impl Volumes {
     /// answers at once, leaving the deletion to this; `claimed` says whether the caller
     /// holds the claim on `id` (without it, the deletion is left to the next DeleteVolume).
     pub fn finish_delete_after_removal(&self, id: &str, table: &MountTable, claimed: bool) {
-        crate::mutex::lock(&self.awaiting_removal).remove(id);
         if claimed && self.catalog.get(id).is_some_and(|r| r.deleting) {
             self.finish_delete(id, table, true);
         }
+    }
+
+    /// Ends `id`'s background deletion once [`Self::finish_delete_after_removal`] has run and
+    /// the caller let go of the claim: until then a DeleteVolume of it answers at once.
+    pub fn end_background_deletion(&self, id: &str) {
+        crate::mutex::lock(&self.awaiting_removal).remove(id);
+    }
+
+    /// Whether `id`'s deletion is being ended in the background (its data set aside at
+    /// start-up): a DeleteVolume of it is answered at once, without waiting for its claim,
+    /// which the background holds while the removed files' charge settles.
+    pub fn deleting_in_background(&self, id: &str) -> bool {
+        crate::mutex::lock(&self.awaiting_removal).contains(id)
     }
 
     fn finish_delete(&self, id: &str, table: &MountTable, removed_elsewhere: bool) {

@@ -382,7 +382,17 @@ fn an_interrupted_deletes_data_is_set_aside_at_start_up_and_its_record_ends_afte
 
     orphans.remove_in_background(|| ()).unwrap().join().unwrap();
     charge(&fake, project, 0, 0);
+    assert!(
+        volumes.deleting_in_background("v1"),
+        "answered at once until it ends"
+    );
     volumes.finish_delete_after_removal("v1", &table, true);
+    assert!(
+        volumes.deleting_in_background("v1"),
+        "until the claim is let go"
+    );
+    volumes.end_background_deletion("v1");
+    assert!(!volumes.deleting_in_background("v1"));
     assert!(volumes.records().get("v1").is_none(), "its record is gone");
     assert_eq!(fake.calls().last(), Some(&Call::Release(None, project)));
 }
