@@ -102,27 +102,25 @@ impl Sink for Channel {
     }
 }
 
-/// Which map a stream carries, from which offset (aligned already).
-#[derive(Debug, Clone, Copy)]
-enum Map {
-    Allocated { from: u64 },
-    Delta { from: u64 },
+/// The snapshots a call maps: one (allocated), or a base and a target (delta).
+enum Snapshots {
+    One(String),
+    Pair(String, String),
 }
 
-/// Starts the stream of `map` over `source` on a blocking thread (the snapshots stay held until
-/// it returns); each batch becomes a message by `message`.
+/// Starts the stream of the map of `source` from `from` (aligned already) on a blocking thread
+/// (the snapshots stay held until it returns); each batch becomes a message by `message`.
 fn stream<M: Send + 'static>(
     shape: Shape,
     max: usize,
-    source: MapSource,
-    map: Map,
+    (source, from): (MapSource, u64),
     message: fn(i32, i64, Vec<BlockMetadata>) -> M,
 ) -> Messages<M> {
     let (kind, capacity) = (metadata_type(shape), to_i64(source.capacity));
     let (sender, receiver) = mpsc::channel(2);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        write_map(shape, max, source, map, Channel { sender, runtime })
+        write_map(shape, max, source, from, Channel { sender, runtime })
     });
     Box::pin(
         ReceiverStream::new(receiver).map(move |batch| batch.map(|b| message(kind, capacity, b))),
@@ -131,16 +129,11 @@ fn stream<M: Send + 'static>(
 
 /// The blocking half of [`stream`]: the map written into the channel, an I/O error sent after
 /// what was sent already.
-fn write_map(shape: Shape, max: usize, source: MapSource, map: Map, mut channel: Channel) {
+fn write_map(shape: Shape, max: usize, source: MapSource, from: u64, mut channel: Channel) {
     let mut out = Batcher::new(shape, max, &mut channel);
-    let result = match (map, &source.base) {
-        (Map::Allocated { from }, _) => {
-            block_maps::allocated(&source.target, from, source.capacity, &mut out)
-        }
-        (Map::Delta { from }, Some(base)) => {
-            block_maps::delta(base, &source.target, from, source.capacity, &mut out)
-        }
-        (Map::Delta { .. }, None) => Ok(()),
+    let result = match &source.base {
+        None => block_maps::allocated(&source.target, from, source.capacity, &mut out),
+        Some(base) => block_maps::delta(base, &source.target, from, source.capacity, &mut out),
     };
     let open = out.finish();
     drop(source);
@@ -164,6 +157,27 @@ fn metadata_type(shape: Shape) -> i32 {
     }
 }
 
+impl SnapshotMetadataService {
+    /// What a call maps, its snapshots held, and where its map starts (`start` rounded down
+    /// to the shape's alignment); one path for both calls.
+    async fn open(
+        &self,
+        snapshots: Snapshots,
+        start: u64,
+    ) -> Result<(Shape, (MapSource, u64)), Status> {
+        let shape = self.0.config().block_metadata;
+        let work = move |d: &Driver| match &snapshots {
+            Snapshots::One(id) => d.allocated_source(id, start),
+            Snapshots::Pair(base, target) => d.delta_source(base, target, start),
+        };
+        let source = self.0.blocking(work).await.map_err(status)?;
+        Ok((
+            shape,
+            (source, start / shape.alignment() * shape.alignment()),
+        ))
+    }
+}
+
 #[tonic::async_trait]
 impl SnapshotMetadata for SnapshotMetadataService {
     type GetMetadataAllocatedStream = Messages<GetMetadataAllocatedResponse>;
@@ -178,12 +192,7 @@ impl SnapshotMetadata for SnapshotMetadataService {
         let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?.to_owned();
         let (start, max) = paging(req.starting_offset, req.max_results)?;
         log::trace!("GetMetadataAllocated snapshot={id} start={start} max={max}");
-        let shape = self.0.config().block_metadata;
-        let work = move |d: &Driver| d.allocated_source(&id, start);
-        let source = self.0.blocking(work).await.map_err(status)?;
-        let map = Map::Allocated {
-            from: start / shape.alignment() * shape.alignment(),
-        };
+        let (shape, opened) = self.open(Snapshots::One(id), start).await?;
         let message = |block_metadata_type, volume_capacity_bytes, block_metadata| {
             GetMetadataAllocatedResponse {
                 block_metadata_type,
@@ -191,7 +200,7 @@ impl SnapshotMetadata for SnapshotMetadataService {
                 block_metadata,
             }
         };
-        Ok(Response::new(stream(shape, max, source, map, message)))
+        Ok(Response::new(stream(shape, max, opened, message)))
     }
 
     async fn get_metadata_delta(
@@ -205,19 +214,14 @@ impl SnapshotMetadata for SnapshotMetadataService {
             validate::snapshot_id("target_snapshot_id", &req.target_snapshot_id)?.to_owned();
         let (start, max) = paging(req.starting_offset, req.max_results)?;
         log::trace!("GetMetadataDelta base={base} target={target} start={start} max={max}");
-        let shape = self.0.config().block_metadata;
-        let work = move |d: &Driver| d.delta_source(&base, &target, start);
-        let source = self.0.blocking(work).await.map_err(status)?;
-        let map = Map::Delta {
-            from: start / shape.alignment() * shape.alignment(),
-        };
+        let (shape, opened) = self.open(Snapshots::Pair(base, target), start).await?;
         let message =
             |block_metadata_type, volume_capacity_bytes, block_metadata| GetMetadataDeltaResponse {
                 block_metadata_type,
                 volume_capacity_bytes,
                 block_metadata,
             };
-        Ok(Response::new(stream(shape, max, source, map, message)))
+        Ok(Response::new(stream(shape, max, opened, message)))
     }
 }
 
