@@ -101,6 +101,8 @@ pub struct Extents<'a> {
     end: u64,
     batch: VecDeque<Extent>,
     done: bool,
+    /// The call's buffer, reused for every batch (14 KiB).
+    request: Box<Request>,
 }
 
 /// The extents of `file` that overlap `from..end`, in ascending order; holes are the gaps
@@ -112,21 +114,23 @@ pub fn extents(file: &File, from: u64, end: u64) -> Extents<'_> {
         end,
         batch: VecDeque::new(),
         done: from >= end,
+        request: Box::new(Request {
+            header: FiemapHeader::default(),
+            extents: [FiemapExtent::default(); BATCH],
+        }),
     }
 }
 
 impl Extents<'_> {
     fn fetch(&mut self) -> io::Result<()> {
-        let mut request = Box::new(Request {
-            header: FiemapHeader {
-                start: self.next,
-                length: self.end - self.next,
-                flags: FIEMAP_FLAG_SYNC,
-                extent_count: BATCH as u32,
-                ..FiemapHeader::default()
-            },
-            extents: [FiemapExtent::default(); BATCH],
-        });
+        let request = &mut *self.request;
+        request.header = FiemapHeader {
+            start: self.next,
+            length: self.end - self.next,
+            flags: FIEMAP_FLAG_SYNC,
+            extent_count: BATCH as u32,
+            ..FiemapHeader::default()
+        };
         let header: *mut FiemapHeader = &mut request.header;
         // SAFETY: `header` is the start of a `Request`, whose `extent_count` extents follow the
         // header in memory as the kernel expects; it stays alive and unaliased for the call.

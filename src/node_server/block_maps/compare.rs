@@ -13,17 +13,24 @@ pub const GRANULE: u64 = 4096;
 /// Bytes read from each file at a time.
 const CHUNK: u64 = 1 << 20;
 
+/// The two read buffers, allocated once per map and grown only as far as a range needs.
+#[derive(Default)]
+pub struct Buffers(Vec<u8>, Vec<u8>);
+
 /// Reports the granules of `start..end` whose bytes differ between `base` and `target` (`None`:
 /// a hole, zeros).
 pub fn differing<S: Sink>(
     base: Option<&File>,
     target: Option<&File>,
-    start: u64,
-    end: u64,
+    (start, end): (u64, u64),
+    Buffers(a, b): &mut Buffers,
     out: &mut Batcher<'_, S>,
 ) -> io::Result<()> {
-    let mut a = vec![0u8; CHUNK as usize];
-    let mut b = vec![0u8; CHUNK as usize];
+    let most = (end - start).min(CHUNK) as usize;
+    if a.len() < most {
+        a.resize(most, 0);
+        b.resize(most, 0);
+    }
     let mut at = start;
     while at < end && out.open() {
         let len = (end - at).min(CHUNK) as usize;

@@ -165,16 +165,18 @@ pub fn delta<S: Sink>(
         at: start,
         end,
     };
+    let mut buffers = compare::Buffers::default();
     while let Some((from, to, verdict)) = walk.next_segment()? {
         if !out.open() {
             break;
         }
-        match verdict {
-            Verdict::Same => {}
-            Verdict::BaseOnly => compare::differing(Some(base), None, from, to, out)?,
-            Verdict::TargetOnly => compare::differing(None, Some(target), from, to, out)?,
-            Verdict::Compare => compare::differing(Some(base), Some(target), from, to, out)?,
-        }
+        let (base, target) = match verdict {
+            Verdict::Same => continue,
+            Verdict::BaseOnly => (Some(base), None),
+            Verdict::TargetOnly => (None, Some(target)),
+            Verdict::Compare => (Some(base), Some(target)),
+        };
+        compare::differing(base, target, (from, to), &mut buffers, out)?;
     }
     Ok(())
 }
