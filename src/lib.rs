@@ -72,6 +72,7 @@ pub mod logging;
 pub mod malloc_trim;
 pub mod metrics;
 pub mod mutex;
+pub mod names;
 pub mod node_name;
 pub mod node_server;
 pub mod path_io;

@@ -40,9 +40,11 @@ fn spawn(
 }
 
 fn free_local_port() -> Result<u16, BoxError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(
+        std::net::TcpListener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?
+            .local_addr()?
+            .port(),
+    )
 }
 
 impl Child {

@@ -6,6 +6,7 @@
 //! requests in progress are answered before [`serve`] returns.
 
 use std::future::Future;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,6 +51,12 @@ pub enum HttpError {
     },
     #[error("no answer from {address} within {timeout:?}")]
     TimedOut { address: String, timeout: Duration },
+    #[error("{address}: {source}")]
+    Lookup {
+        address: String,
+        #[source]
+        source: crate::names::LookupError,
+    },
 }
 
 /// One HTTP answer.
@@ -117,20 +124,32 @@ pub fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
     }
 }
 
-/// Turns a Go-style listen address into something to bind: `:9808` means every interface
-/// (IPv6 and IPv4 where the node has IPv6, IPv4 otherwise), `host:port` is used as given.
-fn bind_candidates(endpoint: &str) -> Vec<String> {
-    match endpoint.strip_prefix(':') {
-        Some(port) => vec![format!("[::]:{port}"), format!("0.0.0.0:{port}")],
-        None => vec![endpoint.to_owned()],
+/// Turns a Go-style listen address into addresses to bind: `:9808` means every interface
+/// (IPv6 and IPv4 where the node has IPv6, IPv4 otherwise), a name its addresses (IPv4 first,
+/// as Go listens on a name's first IPv4 address), an address itself.
+async fn bind_candidates(endpoint: &str) -> Result<Vec<SocketAddr>, HttpError> {
+    let invalid = || HttpError::InvalidEndpoint(endpoint.to_owned());
+    let (host, port) = endpoint.rsplit_once(':').ok_or_else(invalid)?;
+    let port: u16 = port.parse().map_err(|_| invalid())?;
+    if host.is_empty() {
+        return Ok(vec![
+            SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port),
+            SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port),
+        ]);
     }
+    crate::names::lookup(host, port)
+        .await
+        .map_err(|source| HttpError::Lookup {
+            address: endpoint.to_owned(),
+            source,
+        })
 }
 
 /// Binds the HTTP listener for `endpoint` (`:9808`, `0.0.0.0:9808`, `[::1]:9808`, `localhost:9808`).
 pub async fn bind(endpoint: &str) -> Result<TcpListener, HttpError> {
     let mut last_error = HttpError::InvalidEndpoint(endpoint.to_owned());
-    for candidate in bind_candidates(endpoint) {
-        match TcpListener::bind(&candidate).await {
+    for candidate in bind_candidates(endpoint).await? {
+        match TcpListener::bind(candidate).await {
             Ok(listener) => return Ok(listener),
             Err(source) => {
                 last_error = HttpError::Bind {
@@ -221,7 +240,18 @@ pub async fn get(address: &str, path: &str, timeout: Duration) -> Result<(u16, S
         }
     };
     let conversation = async {
-        let stream = tokio::net::TcpStream::connect(&address)
+        let (host, port) = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .ok_or_else(|| HttpError::InvalidEndpoint(address.clone()))?;
+        let addresses =
+            crate::names::lookup(host, port)
+                .await
+                .map_err(|source| HttpError::Lookup {
+                    address: address.clone(),
+                    source,
+                })?;
+        let stream = tokio::net::TcpStream::connect(&addresses[..])
             .await
             .map_err(|source| HttpError::Connect {
                 address: address.clone(),
@@ -271,10 +301,22 @@ mod tests {
         assert_eq!(dial_target("localhost:9809"), "localhost:9809");
     }
 
-    #[test]
-    fn a_bare_port_means_every_interface() {
-        assert_eq!(bind_candidates(":9808"), vec!["[::]:9808", "0.0.0.0:9808"]);
-        assert_eq!(bind_candidates("127.0.0.1:9808"), vec!["127.0.0.1:9808"]);
+    #[tokio::test]
+    async fn a_bare_port_means_every_interface_and_localhost_its_loopback_addresses() {
+        let texts = |addresses: Vec<SocketAddr>| -> Vec<String> {
+            addresses.iter().map(ToString::to_string).collect()
+        };
+        let got = texts(bind_candidates(":9808").await.unwrap());
+        assert_eq!(got, ["[::]:9808", "0.0.0.0:9808"]);
+        let got = texts(bind_candidates("127.0.0.1:9808").await.unwrap());
+        assert_eq!(got, ["127.0.0.1:9808"]);
+        // localhost is loopback from /etc/hosts, or without it (RFC 6761): IPv4 first either way.
+        let got = texts(bind_candidates("localhost:9808").await.unwrap());
+        assert_eq!(
+            got.first().map(String::as_str),
+            Some("127.0.0.1:9808"),
+            "{got:?}"
+        );
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@ mod dependency_policy;
 mod image;
 mod malloc_settings;
 mod manifests;
+mod name_lookups;
 mod rendered_manifests;
 mod supply_chain;
 mod topology_and_metrics;

@@ -290,3 +290,158 @@ async fn an_api_server_that_does_not_resolve_or_does_not_listen_is_an_error_neve
         assert_eq!(out.code, Some(1), "{server}: {:#}", out.report);
     }
 }
+
+/// `command` run in a mount namespace of its own where `/etc/hosts` and `/etc/resolv.conf` are
+/// the given files: what the binary reads to look names up, and nothing else changed.
+fn with_name_files(hosts: &Path, resolv_conf: &Path, command: &Command) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/resolv.conf && shift 2 && exec "$@""#)
+        .arg("sh")
+        .arg(hosts)
+        .arg(resolv_conf)
+        .arg(command.get_program())
+        .args(command.get_args())
+        .stdin(Stdio::null());
+    wrapped
+}
+
+/// A name server on its own loopback address's port 53 answering one name's A question (and
+/// nothing for AAAA); NXDOMAIN for every other name. Every question is counted.
+fn answer_one_name(
+    listen: std::net::Ipv4Addr,
+    name: &'static str,
+    address: std::net::Ipv4Addr,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use simple_dns::{CLASS, Packet, QTYPE, RCODE, ResourceRecord, TYPE, rdata};
+    let socket = std::net::UdpSocket::bind((listen, 53)).expect("bind a loopback port 53");
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 1500];
+        while let Ok((read, from)) = socket.recv_from(&mut buffer) {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let Ok(query) = Packet::parse(&buffer[..read]) else {
+                continue;
+            };
+            let question = query.questions[0].clone();
+            let mut reply = Packet::new_reply(query.id());
+            if !question.qname.to_string().eq_ignore_ascii_case(name) {
+                *reply.rcode_mut() = RCODE::NameError;
+            } else if question.qtype == QTYPE::TYPE(TYPE::A) {
+                let a = rdata::RData::A(rdata::A::from(address));
+                reply
+                    .answers
+                    .push(ResourceRecord::new(question.qname.clone(), CLASS::IN, 5, a));
+            }
+            reply.questions.push(question);
+            let _ = socket.send_to(&reply.build_bytes_vec().unwrap(), from);
+        }
+    });
+    asked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the doctor refuses to check a node without it; mounts over /etc/hosts in a namespace of its own"]
+async fn api_server_names_are_looked_up_in_etc_hosts_and_dns_without_glibc() {
+    let node = KubeletRoot::new();
+    let _plugin = fake_plugin(&node, "a.csi.example.io");
+    let dir = tempfile::tempdir().unwrap();
+    // Every name below resolves to 127.0.0.1, where this port refuses: "connection refused"
+    // proves the name was found, "does not resolve" that it was not.
+    let free = common::free_local_address();
+    let port = free.rsplit_once(':').unwrap().1;
+    let (hosts, resolv_conf) = (dir.path().join("hosts"), dir.path().join("resolv.conf"));
+    std::fs::write(&hosts, "127.0.0.1 api.from-hosts.nodekit.test\n").unwrap();
+    let dns_server = std::net::Ipv4Addr::new(127, 53, 0, 1);
+    std::fs::write(
+        &resolv_conf,
+        format!("nameserver {dns_server}\noptions timeout:1 attempts:1\n"),
+    )
+    .unwrap();
+    let asked = answer_one_name(
+        dns_server,
+        "api.from-dns.nodekit.test",
+        std::net::Ipv4Addr::LOCALHOST,
+    );
+    for (host, saw, fix) in [
+        (
+            "api.from-hosts.nodekit.test",
+            "Connection refused",
+            "check the kubeconfig's server:",
+        ),
+        (
+            "api.from-dns.nodekit.test",
+            "Connection refused",
+            "check the kubeconfig's server:",
+        ),
+        // Not in the hosts file: localhost needs none.
+        (
+            "localhost",
+            "Connection refused",
+            "check the kubeconfig's server:",
+        ),
+        (
+            "api.nowhere.nodekit.test",
+            "the host name \"api.nowhere.nodekit.test\" does not resolve: no such host",
+            "use a name this node resolves",
+        ),
+    ] {
+        let kubeconfig = kubeconfig_for(dir.path(), &format!("http://{host}:{port}"));
+        let out = run(with_name_files(
+            &hosts,
+            &resolv_conf,
+            &doctor(&node.root, &kubeconfig),
+        ))
+        .await;
+        let unavailable = out.of("api.unavailable");
+        assert!(
+            !unavailable.is_empty() && unavailable[0].1.contains(saw),
+            "{host}: {unavailable:?}\n{}",
+            out.stderr
+        );
+        assert!(
+            out.report.to_string().contains(fix),
+            "{host}: {:#}",
+            out.report
+        );
+        assert_eq!(out.code, Some(1), "{host}: {:#}", out.report);
+    }
+    assert!(
+        asked.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "DNS was never asked"
+    );
+
+    // A name server that never answers: an error naming the servers and the fix, in ~1 s.
+    std::fs::write(
+        &resolv_conf,
+        "nameserver 127.53.0.2\noptions timeout:1 attempts:1\n",
+    )
+    .unwrap();
+    let _silent = std::net::UdpSocket::bind(("127.53.0.2", 53)).unwrap();
+    let kubeconfig = kubeconfig_for(
+        dir.path(),
+        &format!("http://api.silent.nodekit.test:{port}"),
+    );
+    let out = run(with_name_files(
+        &hosts,
+        &resolv_conf,
+        &doctor(&node.root, &kubeconfig),
+    ))
+    .await;
+    let unavailable = out.of("api.unavailable");
+    assert!(
+        !unavailable.is_empty()
+            && unavailable[0]
+                .1
+                .contains("no answer from the name servers 127.53.0.2"),
+        "{unavailable:?}"
+    );
+    assert!(
+        out.report.to_string().contains("no name server answered"),
+        "{:#}",
+        out.report
+    );
+    assert_eq!(out.code, Some(1));
+}

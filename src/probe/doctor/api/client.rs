@@ -22,7 +22,7 @@ pub enum RequestError {
     Resolve {
         host: String,
         #[source]
-        source: io::Error,
+        source: crate::names::LookupError,
     },
     #[error("connect: {0}")]
     Connect(#[source] io::Error),
@@ -68,13 +68,12 @@ pub async fn get(
     limit: Duration,
 ) -> Result<(u16, Vec<u8>), RequestError> {
     let attempt = async {
-        let addresses: Vec<_> = tokio::net::lookup_host((access.host.as_str(), access.port))
+        let addresses = crate::names::lookup(&access.host, access.port)
             .await
             .map_err(|source| RequestError::Resolve {
                 host: access.host.clone(),
                 source,
-            })?
-            .collect();
+            })?;
         let tcp = tokio::net::TcpStream::connect(&addresses[..])
             .await
             .map_err(RequestError::Connect)?;

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::Access;
 use super::client;
 use crate::gocompat;
+use crate::names::LookupError;
 use crate::probe::doctor::chain::Plugin;
 use crate::probe::doctor::finding::{Finding, Severity};
 use crate::probe::kubelet::csinode::NODE_ID_ANNOTATION;
@@ -153,6 +154,19 @@ fn unavailable(error: FetchError) -> Finding {
             true,
         ),
         FetchError::Refused { .. } => ("check the API server's own health", true),
+        FetchError::Request {
+            source:
+                RequestError::Resolve {
+                    source: LookupError::NoAnswer { .. },
+                    ..
+                },
+            ..
+        } => (
+            "no name server answered: check the nameserver lines of /etc/resolv.conf where the \
+             doctor runs (in a pod, its dnsPolicy), or put the API server's IP address in the \
+             kubeconfig's server:, or pass --no-api",
+            false,
+        ),
         FetchError::Request {
             source: RequestError::Resolve { .. },
             ..
