@@ -1,6 +1,6 @@
 //! What ships: the container image and the malloc settings it gives every mode, the Kubernetes
 //! manifests (the kustomize base, its components and overlays, the upstream sidecars held to
-//! their pinned releases), the dependency policy, and the `demo` mode the README runs first.
+//! their pinned releases, the examples' volume attributes), the dependency policy, and the `demo` mode the README runs first.
 
 mod demo;
 mod dependency_policy;
@@ -11,3 +11,4 @@ mod rendered_manifests;
 mod supply_chain;
 mod topology_and_metrics;
 mod upstream_sidecars;
+mod volume_attributes;
