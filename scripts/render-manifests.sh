@@ -2,14 +2,19 @@
 # Renders the kustomize base in packaging/kubernetes/ (with `kubectl kustomize`) for another
 # image, another kubelet root and the optional components, into a directory to apply.
 #
-#   scripts/render-manifests.sh [--image=REF] [--kubelet-root=DIR] [--with=LIST] [--out=DIR]
+#   scripts/render-manifests.sh [--image=REF] [--kubelet-root=DIR] [--with=LIST]
+#                               [--snapshot-metadata-ca=FILE] [--out=DIR]
 #
 #   --image         the image every csi-nodekit container runs, e.g. one pushed to your registry
 #                   (default: localhost/csi-nodekit:<version>, as shipped)
 #   --kubelet-root  the kubelet's --root-dir on the nodes (default /var/lib/kubelet); MicroK8s:
 #                   /var/snap/microk8s/common/var/lib/kubelet, k0s: /var/lib/k0s/kubelet
 #   --with          components to add, comma-separated: snapshots, metrics, selinux (volumes
-#                   mounted with their pod's SELinux label: image volumes only) (default: none)
+#                   mounted with their pod's SELinux label: image volumes only),
+#                   snapshot-metadata (changed-block backups; with snapshots) (default: none)
+#   --snapshot-metadata-ca
+#                   with snapshot-metadata, required: the CA certificate (PEM) that signed the
+#                   sidecar's TLS certificate, put in the SnapshotMetadataService for clients
 #   --out           where the rendered files go (default target/manifests): csi-nodekit.yaml
 #                   (kubectl apply -f it) and examples/, drop-in/, tools/; other files are left
 #
@@ -18,12 +23,15 @@
 # rebuild under the same tag would otherwise never reach a node that has the old image.
 # The kubelet root is in every hostPath, in node-server's mount paths (it mounts at the paths
 # the kubelet names), in the registrar's registration path; the doctor pod is told it with
-# --kubelet-root. tests/packaging/ validates what this writes.
+# --kubelet-root. A relative --snapshot-metadata-ca is read from the directory the script is
+# run from; a relative --out is under the repository. tests/packaging/ validates what this
+# writes.
 set -euo pipefail
+called_from=$PWD
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '5,14s/^# \{0,1\}//p' "$0" >&2
+  sed -n '5,19s/^# \{0,1\}//p' "$0" >&2
 }
 fail_usage() {
   echo "render-manifests.sh: $1" >&2
@@ -33,13 +41,16 @@ fail_usage() {
 image=
 root=
 with=
+ca=
 out=target/manifests
 while [ $# -gt 0 ]; do
   arg=$1
   shift
   case $arg in
-    --image=* | --kubelet-root=* | --out=* | --with=*) name=${arg%%=*} value=${arg#*=} ;;
-    --image | --kubelet-root | --out | --with)
+    --image=* | --kubelet-root=* | --out=* | --with=* | --snapshot-metadata-ca=*)
+      name=${arg%%=*} value=${arg#*=}
+      ;;
+    --image | --kubelet-root | --out | --with | --snapshot-metadata-ca)
       [ $# -gt 0 ] || fail_usage "flag needs an argument: $arg"
       name=$arg value=$1
       shift
@@ -54,6 +65,7 @@ while [ $# -gt 0 ]; do
     --image) image=$value ;;
     --kubelet-root) root=$value ;;
     --with) with=$value ;;
+    --snapshot-metadata-ca) ca=$value ;;
     --out) out=$value ;;
   esac
 done
@@ -72,10 +84,23 @@ if [ -n "$with" ]; then
   IFS=, read -r -a wanted <<<"$with"
   for component in "${wanted[@]}"; do
     case $component in
-      snapshots | metrics | selinux) components+=("$component") ;;
-      *) fail_usage "invalid value \"$with\" for flag --with: components are snapshots, metrics, selinux" ;;
+      snapshots | metrics | selinux | snapshot-metadata) components+=("$component") ;;
+      *) fail_usage "invalid value \"$with\" for flag --with: components are snapshots, metrics, selinux, snapshot-metadata" ;;
     esac
   done
+fi
+# The SnapshotMetadataService tells clients which CA to trust; the component ships a placeholder.
+ca_base64=
+if [[ ",$with," == *,snapshot-metadata,* ]]; then
+  [ -n "$ca" ] ||
+    fail_usage "flag --with=snapshot-metadata needs --snapshot-metadata-ca=FILE: the CA certificate (PEM) that signed the sidecar's TLS certificate"
+  ca_file=$ca
+  [[ $ca_file == /* ]] || ca_file=$called_from/$ca_file
+  [ -f "$ca_file" ] && [ -r "$ca_file" ] && grep -q -- '-----BEGIN CERTIFICATE-----' "$ca_file" ||
+    fail_usage "invalid value \"$ca\" for flag --snapshot-metadata-ca: not a readable PEM certificate file"
+  ca_base64=$(base64 -w0 "$ca_file")
+elif [ -n "$ca" ]; then
+  fail_usage "flag --snapshot-metadata-ca is only for --with=…,snapshot-metadata"
 fi
 [ -n "$out" ] || fail_usage "invalid value \"\" for flag --out: empty"
 
@@ -190,10 +215,11 @@ up=../..
     [ -z "$new_tag" ] || echo "    newTag: \"$new_tag\""
     [ -z "$new_digest" ] || echo "    digest: $new_digest"
   fi
-  if [ -n "$image$root" ]; then
+  if [ -n "$image$root$ca_base64" ]; then
     echo "patches:"
     [ -z "$image" ] || echo "  - path: policy.yaml"
     [ -z "$root" ] || echo "  - path: kubelet-root.yaml"
+    [ -z "$ca_base64" ] || echo "  - path: snapshot-metadata-ca.yaml"
   fi
 } >"$work/kustomization.yaml"
 # Our three containers' pull policy for the image given (as shipped: Always, for the version's
@@ -211,6 +237,12 @@ up=../..
   done
 } >"$work/policy.yaml"
 [ -z "$root" ] || kubelet_root_patch "$root" >"$work/kubelet-root.yaml"
+[ -z "$ca_base64" ] || {
+  echo "apiVersion: cbt.storage.k8s.io/v1beta1"
+  echo "kind: SnapshotMetadataService"
+  echo "metadata: {name: nodekit.csi.local}"
+  echo "spec: {caCert: $ca_base64}"
+} >"$work/snapshot-metadata-ca.yaml"
 
 mkdir -p "$out"
 kubectl kustomize "$work" >"$out/csi-nodekit.yaml"

@@ -26,8 +26,19 @@ pub(super) const IMAGE: &str = "localhost/csi-nodekit:";
 /// The kubelet's root directory the shipped manifests are written for.
 pub(super) const KUBELET_ROOT: &str = "/var/lib/kubelet";
 
-/// Every component, as `--with` takes them.
-pub(super) const EVERY_COMPONENT: &str = "--with=snapshots,metrics";
+/// Every component that adds to the driver, as `--with` takes them (`selinux` is a choice that
+/// takes away, tested on its own). [`rendered`] adds the CA that `snapshot-metadata` needs.
+pub(super) const EVERY_COMPONENT: &str = "--with=snapshots,metrics,snapshot-metadata";
+
+/// What `overlays/complete` holds: the components a cluster can take without preparing anything
+/// but external-snapshotter (snapshot-metadata needs a Secret and a CA first).
+pub(super) const COMPLETE: &str = "--with=snapshots,metrics";
+
+/// A CA certificate (public part only; its key was thrown away) for
+/// `--snapshot-metadata-ca`.
+pub(super) fn test_ca() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshot-metadata-ca.pem")
+}
 
 pub(super) fn manifest_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes")
@@ -48,10 +59,18 @@ pub(super) fn render(args: &[&str]) -> Output {
         .expect("run bash")
 }
 
-/// Renders with `args` into a fresh directory and returns it.
+/// Renders with `args` into a fresh directory and returns it. With the snapshot-metadata
+/// component and no `--snapshot-metadata-ca`, the CA of [`test_ca`] is given.
 pub(super) fn rendered(args: &[&str]) -> tempfile::TempDir {
     let out = tempfile::tempdir().unwrap();
     let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let metadata = args.iter().any(|a| {
+        a.strip_prefix("--with=")
+            .is_some_and(|list| list.split(',').any(|c| c == "snapshot-metadata"))
+    });
+    if metadata && !args.iter().any(|a| a.starts_with("--snapshot-metadata-ca")) {
+        all.push(format!("--snapshot-metadata-ca={}", test_ca().display()));
+    }
     all.push(format!("--out={}", out.path().display()));
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let output = render(&all);
@@ -161,9 +180,9 @@ pub(super) fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
 
 /// Strict validation of every document of `files`: the API's own kinds with
 /// `kubernetes-validate --strict` against every version we claim (a file that says it needs a
-/// newer one only from that one on), external-snapshotter's kinds against the CRD schemas in
-/// `tests/fixtures/snapshot-crd-schemas.json` (unknown fields refused), which
-/// kubernetes-validate does not hold.
+/// newer one only from that one on), external-snapshotter's and external-snapshot-metadata's
+/// kinds against the CRD schemas in `tests/fixtures/snapshot-crd-schemas.json` (unknown fields
+/// refused), which kubernetes-validate does not hold.
 pub(super) fn validate_strictly(files: &[PathBuf]) {
     const SPLIT: &str = r##"
 import json, sys, yaml, jsonschema
@@ -179,7 +198,7 @@ def strict(schema):
             strict(value)
     return schema
 custom = {(s["apiVersion"], s["kind"]): strict(s["schema"]) for s in schemas}
-groups = ("snapshot.storage.k8s.io/", "groupsnapshot.storage.k8s.io/")
+groups = ("snapshot.storage.k8s.io/", "groupsnapshot.storage.k8s.io/", "cbt.storage.k8s.io/")
 out_dir, checked = sys.argv[2], 0
 for n, path in enumerate(sys.argv[3:]):
     kept = []
@@ -213,7 +232,7 @@ print(checked)
         .expect("python3 is needed");
     assert!(
         output.status.success(),
-        "external-snapshotter objects against their CRD schemas:\n{}",
+        "external-snapshotter and -snapshot-metadata objects against their CRD schemas:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     let mut parts = manifests_in(split.path());

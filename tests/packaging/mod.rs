@@ -1,6 +1,7 @@
 //! What ships: the container image and the malloc settings it gives every mode, the Kubernetes
 //! manifests (the kustomize base, its components and overlays, the upstream sidecars held to
-//! their pinned releases), the dependency policy, and the `demo` mode the README runs first.
+//! their pinned releases, the changed-block backups component, the examples' volume
+//! attributes), the dependency policy, and the `demo` mode the README runs first.
 
 mod demo;
 mod dependency_policy;
@@ -9,6 +10,8 @@ mod malloc_settings;
 mod manifests;
 mod name_lookups;
 mod rendered_manifests;
+mod snapshot_metadata;
 mod supply_chain;
 mod topology_and_metrics;
 mod upstream_sidecars;
+mod volume_attributes;

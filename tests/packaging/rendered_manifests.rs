@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::manifests::{
-    EVERY_COMPONENT, IMAGE, KUBELET_ROOT, check_agreement, check_command_lines, check_doctor,
-    documents_in, kustomize, manifests_in, pod_spec, render, rendered, shipped_image,
+    COMPLETE, EVERY_COMPONENT, IMAGE, KUBELET_ROOT, check_agreement, check_command_lines,
+    check_doctor, documents_in, kustomize, manifests_in, pod_spec, render, rendered, shipped_image,
     validate_strictly,
 };
 
@@ -54,7 +54,7 @@ fn the_kustomize_overlays_in_the_repository_render_what_the_script_renders() {
         ("", &[]),
         ("overlays/microk8s", &["--kubelet-root", MICROK8S_ROOT]),
         ("overlays/k0s", &["--kubelet-root", K0S_ROOT]),
-        ("overlays/complete", &[EVERY_COMPONENT]),
+        ("overlays/complete", &[COMPLETE]),
     ];
     for (overlay, args) in cases {
         let out = rendered(args);
@@ -104,6 +104,21 @@ fn the_render_script_refuses_an_unknown_flag_a_bad_value_and_a_missing_argument_
         (
             &["--with=snapshots,bogus"],
             "invalid value \"snapshots,bogus\" for flag --with",
+        ),
+        (
+            &["--with=snapshots,snapshot-metadata"],
+            "flag --with=snapshot-metadata needs --snapshot-metadata-ca=FILE",
+        ),
+        (
+            &["--with=snapshots", "--snapshot-metadata-ca=/dev/null"],
+            "flag --snapshot-metadata-ca is only for --with=…,snapshot-metadata",
+        ),
+        (
+            &[
+                "--with=snapshot-metadata",
+                "--snapshot-metadata-ca=Cargo.toml",
+            ],
+            "invalid value \"Cargo.toml\" for flag --snapshot-metadata-ca: not a readable PEM",
         ),
         (&["--out"], "flag needs an argument: --out"),
     ];

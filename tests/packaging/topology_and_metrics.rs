@@ -116,6 +116,7 @@ fn every_metrics_endpoint_of_the_node_plugin_is_served_declared_and_in_the_metri
         "liveness-probe",
         "csi-provisioner",
         "csi-snapshotter",
+        "csi-snapshot-metadata",
     ] {
         let args = strings(&container(daemonset, name)["args"]);
         let endpoint = args
@@ -132,7 +133,7 @@ fn every_metrics_endpoint_of_the_node_plugin_is_served_declared_and_in_the_metri
     }
     served.sort();
     served.dedup();
-    assert_eq!(served.len(), 4, "one port each: {served:?}");
+    assert_eq!(served.len(), 5, "one port each: {served:?}");
     let annotations = &daemonset["spec"]["template"]["metadata"]["annotations"];
     assert_eq!(annotations["prometheus.io/scrape"], "true");
     let node_server = strings(&container(daemonset, "node-server")["args"]);

@@ -7,7 +7,10 @@
 //! versions it holds, named by commit below). For csi-provisioner and csi-snapshotter those
 //! copies are older than the pinned tags, which could not be read offline; every flag and rule
 //! the manifests use is present in them, and the releases since (CHANGELOG-6.x.md, -8.x.md,
-//! read in the same index) remove none of them. docs/deploy.md, "Pinned upstream releases".
+//! read in the same index) remove none of them. For csi-snapshot-metadata the copy read is a
+//! v1.x one (with v1.0.0's HTTP health endpoint); v1.1.0's changelog names no flag change, and
+//! the TLS tuning flags merged after it are left out. docs/deploy.md, "Pinned upstream
+//! releases".
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -19,12 +22,32 @@ use super::manifests::{
     strings,
 };
 
-/// klog's and component-base's logging flags, which every sidecar registers.
+/// klog's and component-base's logging flags, which the sidecars built on component-base
+/// register.
 const LOGGING: &[&str] = &["v", "vmodule", "logging-format", "log-flush-frequency"];
+
+/// The flags `klog.InitFlags` registers, all a sidecar without component-base's logging has.
+const KLOG: &[&str] = &[
+    "v",
+    "vmodule",
+    "log_dir",
+    "log_file",
+    "log_file_max_size",
+    "logtostderr",
+    "alsologtostderr",
+    "stderrthreshold",
+    "skip_headers",
+    "skip_log_headers",
+    "add_dir_header",
+    "one_output",
+    "log_backtrace_at",
+];
 
 struct Release {
     image: &'static str,
-    /// Flag names the release registers (without dashes), besides [`LOGGING`].
+    /// Its logging flags: [`LOGGING`] or [`KLOG`].
+    logging: &'static [&'static str],
+    /// Flag names the release registers (without dashes), besides its logging flags.
     flags: &'static [&'static str],
     /// Feature gates `--feature-gates` takes.
     gates: &'static [&'static str],
@@ -41,6 +64,7 @@ struct Release {
 /// VolumeAttachment watch it starts only for PUBLISH_UNPUBLISH drivers.
 const PROVISIONER: Release = Release {
     image: "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
+    logging: LOGGING,
     flags: &[
         "master",
         "kubeconfig",
@@ -142,6 +166,7 @@ const PROVISIONER: Release = Release {
 /// groupsnapshot.storage.k8s.io that v8's file adds (not in that older copy: unverified here).
 const SNAPSHOTTER: Release = Release {
     image: "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
+    logging: LOGGING,
     flags: &[
         "kubeconfig",
         "csi-address",
@@ -213,7 +238,92 @@ const SNAPSHOTTER: Release = Release {
     ],
 };
 
-const RELEASES: &[&Release] = &[&PROVISIONER, &SNAPSHOTTER];
+/// external-snapshot-metadata's sidecar, pinned v1.1.0 (CHANGELOG/CHANGELOG-1.1.md, the newest
+/// release the index holds; v1.0.0 made the API v1beta1). Flags from pkg/sidecar/sidecar.go
+/// (cmd/csi-snapshot-metadata/main.go only calls it) as the index holds it: the Go flag set with
+/// --audience, --disable-metrics and the /health endpoint on --http-endpoint (default :8080),
+/// which v1.0.0 added (CHANGELOG-1.0.md, #190), plus `klog.InitFlags`; --tls-min-version,
+/// --tls-cipher-suites and --tls-curve-preferences came after v1.1.0 (pull request #259) and are
+/// not recorded. Rules from deploy/snapshot-metadata-cluster-role.yaml
+/// (@d511e77a600846940cca032eeebf4725bb827ee6) and, not in that file, the VolumeSnapshotClass
+/// reads of pkg/internal/server/grpc/snapshotter_secret.go
+/// (@56185cdf0328dcca9512cd27452616620a6dabf6: the class of a snapshot, or the driver's default).
+const SNAPSHOT_METADATA: Release = Release {
+    image: "registry.k8s.io/sig-storage/csi-snapshot-metadata:v1.1.0",
+    logging: KLOG,
+    flags: &[
+        "kubeconfig",
+        "csi-address",
+        "version",
+        "timeout",
+        "port",
+        "tls-cert",
+        "tls-key",
+        "audience",
+        "max-streaming-duration-min",
+        "kube-api-qps",
+        "kube-api-burst",
+        "http-endpoint",
+        "metrics-path",
+        "disable-metrics",
+    ],
+    gates: &[],
+    rules: &[
+        (
+            "cbt.storage.k8s.io",
+            "snapshotmetadataservices",
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+        ),
+        ("authentication.k8s.io", "tokenreviews", &["create", "get"]),
+        (
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            &["create", "get"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshots",
+            &["get", "list"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotcontents",
+            &["get", "list"],
+        ),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotclasses",
+            &["get", "list"],
+        ),
+    ],
+};
+
+/// The ClusterRole external-snapshot-metadata documents for a backup application (its
+/// deploy/snpashot-metadata-client-cluster-role.yaml, so spelt,
+/// @d511e77a600846940cca032eeebf4725bb827ee6, the same rules as
+/// deploy/example/backup-app/client-cluster-role.yaml @005a573e6ab08e6889c6ac5899c8a551cd3a24d1).
+const SNAPSHOT_METADATA_CLIENT: &[(&str, &str, &[&str])] = &[
+    (
+        "snapshot.storage.k8s.io",
+        "volumesnapshots",
+        &["get", "list", "watch"],
+    ),
+    (
+        "snapshot.storage.k8s.io",
+        "volumesnapshotcontents",
+        &["get", "list", "watch"],
+    ),
+    (
+        "cbt.storage.k8s.io",
+        "snapshotmetadataservices",
+        &["get", "list"],
+    ),
+    ("", "serviceaccounts/token", &["create", "get"]),
+];
+
+const RELEASES: &[&Release] = &[&PROVISIONER, &SNAPSHOTTER, &SNAPSHOT_METADATA];
 
 fn complete() -> Vec<(PathBuf, Value)> {
     let out = rendered(&[EVERY_COMPONENT]);
@@ -251,7 +361,7 @@ fn every_upstream_sidecar_runs_its_pinned_release_with_flags_and_gates_that_rele
             );
             let (name, value) = flag.split_once('=').unwrap_or((flag, ""));
             assert!(
-                release.flags.contains(&name) || LOGGING.contains(&name),
+                release.flags.contains(&name) || release.logging.contains(&name),
                 "{image} registers no flag --{name}"
             );
             if name == "feature-gates" {
@@ -273,47 +383,129 @@ fn every_upstream_sidecar_runs_its_pinned_release_with_flags_and_gates_that_rele
     );
 }
 
-#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
-#[test]
-fn every_rbac_rule_of_the_node_plugin_is_one_an_upstream_release_documents() {
-    let docs = complete();
-    let documented: BTreeSet<(String, String, String)> = RELEASES
+/// A role's rules as (API group, resource, verb) entries.
+fn entries(role: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    out.push((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn set_of(rules: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)> {
+    rules
         .iter()
-        .flat_map(|r| r.rules.iter())
         .flat_map(|(group, resource, verbs)| {
             verbs
                 .iter()
                 .map(move |v| (group.to_string(), resource.to_string(), v.to_string()))
         })
-        .collect();
-    let mut checked = 0;
-    for (file, doc) in &docs {
-        // The roles the node plugin's ServiceAccount holds (the doctor's are its own).
-        if !["ClusterRole", "Role"].contains(&kind(doc))
-            || !doc["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .starts_with("csi-nodekit-")
-            || doc["metadata"]["name"] == "csi-nodekit-doctor"
-        {
+        .collect()
+}
+
+/// The (kind, name) of every role some binding among `docs` grants the node plugin's
+/// ServiceAccount (csi-nodekit in csi-nodekit).
+fn roles_of_the_node_plugin(docs: &[(PathBuf, Value)]) -> BTreeSet<(String, String)> {
+    let mut roles = BTreeSet::new();
+    for (_, doc) in docs {
+        if !["ClusterRoleBinding", "RoleBinding"].contains(&kind(doc)) {
             continue;
         }
-        for rule in doc["rules"].as_array().unwrap() {
-            for group in strings(&rule["apiGroups"]) {
-                for resource in strings(&rule["resources"]) {
-                    for verb in strings(&rule["verbs"]) {
-                        let key = (group.clone(), resource.clone(), verb);
-                        assert!(
-                            documented.contains(&key),
-                            "{file:?}: {key:?} is not documented"
-                        );
-                        checked += 1;
-                    }
-                }
-            }
+        let ours = doc["subjects"].as_array().into_iter().flatten().any(|s| {
+            s["kind"] == "ServiceAccount"
+                && s["name"] == "csi-nodekit"
+                && s["namespace"] == "csi-nodekit"
+        });
+        if ours {
+            let role = &doc["roleRef"];
+            roles.insert((
+                role["kind"].as_str().unwrap().to_owned(),
+                role["name"].as_str().unwrap().to_owned(),
+            ));
         }
     }
+    roles
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn every_rbac_rule_of_the_node_plugin_is_one_an_upstream_release_documents() {
+    let docs = complete();
+    let documented: BTreeSet<(String, String, String)> =
+        RELEASES.iter().flat_map(|r| set_of(r.rules)).collect();
+    let held = roles_of_the_node_plugin(&docs);
+    let mut checked = 0;
+    let mut found = BTreeSet::new();
+    for (file, doc) in &docs {
+        let key = (
+            kind(doc).to_owned(),
+            doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        if !held.contains(&key) {
+            continue;
+        }
+        found.insert(key);
+        for entry in entries(doc) {
+            assert!(
+                documented.contains(&entry),
+                "{file:?}: {entry:?} is not documented"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(
+        found, held,
+        "every role bound to the node plugin is in the manifests"
+    );
     assert!(checked > 40, "only {checked} rule entries found");
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn the_backup_client_role_asks_only_what_upstream_documents_and_nothing_binds_it() {
+    let docs = complete();
+    let name = "csi-nodekit-snapshot-metadata-client";
+    let (file, role) = docs
+        .iter()
+        .find(|(_, d)| kind(d) == "ClusterRole" && d["metadata"]["name"] == name)
+        .expect("the backup client's ClusterRole (components/snapshot-metadata)");
+    let documented = set_of(SNAPSHOT_METADATA_CLIENT);
+    let given: BTreeSet<_> = entries(role).into_iter().collect();
+    for entry in &given {
+        assert!(
+            documented.contains(entry),
+            "{file:?}: {entry:?} is not documented"
+        );
+    }
+    // What the sidecar and the client's discovery need of it: read the snapshots and the
+    // SnapshotMetadataService, and (for a token of its own) create one.
+    for (group, resource, verb) in [
+        ("snapshot.storage.k8s.io", "volumesnapshots", "get"),
+        ("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
+        ("cbt.storage.k8s.io", "snapshotmetadataservices", "get"),
+        ("", "serviceaccounts/token", "create"),
+    ] {
+        let entry = (group.to_owned(), resource.to_owned(), verb.to_owned());
+        assert!(given.contains(&entry), "{file:?}: lacks {entry:?}");
+    }
+    // The backup application's own account is yours to bind: the node plugin does not hold it.
+    for (_, doc) in &docs {
+        if ["ClusterRoleBinding", "RoleBinding"].contains(&kind(doc)) {
+            assert_ne!(
+                doc["roleRef"]["name"], name,
+                "bound by the manifests: {doc}"
+            );
+        }
+    }
 }
 
 #[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
