@@ -32,6 +32,9 @@ pub struct Config {
     pub quota_checks: QuotaChecks,
     /// How the SnapshotMetadata service reports ranges (`--snapshot-metadata-block-size`).
     pub block_metadata: Shape,
+    /// Where the node's cgroup v2 hierarchy is mounted (`--cgroup-root`): volumes' IO limits
+    /// are written in its pods' cgroups.
+    pub cgroup_root: PathBuf,
 }
 
 /// The background check of volumes' project IDs (`--quota-check-interval`,
@@ -84,6 +87,7 @@ impl Config {
             advertise_snapshot_metadata: false,
             quota_checks: QuotaChecks::default(),
             block_metadata: Shape::Extents,
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
         }
     }
 

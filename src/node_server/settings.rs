@@ -84,6 +84,10 @@ crate::mode_args! {
         /// csi-sanity up to v5.4 fails on the capability)
         #[argh(switch)]
         pub advertise_snapshot_metadata: bool,
+        /// where the node's cgroup v2 hierarchy is mounted, in which volumes' IO limits are
+        /// written to their pods' cgroups (default "/sys/fs/cgroup")
+        #[argh(option, default = "AbsolutePath::known(\"/sys/fs/cgroup\")")]
+        pub cgroup_root: AbsolutePath,
         /// address of the HTTP server for /metrics (the quota checks' counters), e.g. :9810;
         /// empty means no server
         #[argh(option, default = "OrEmpty::default()")]
@@ -129,6 +133,7 @@ impl Settings {
                 rate: args.quota_check_rate,
             },
             block_metadata,
+            cgroup_root: args.cgroup_root.into_path(),
             ..Config::new(&args.driver_name, "", args.state_dir.into_path())
         };
         config.check().map_err(UsageError::new)?;

@@ -18,6 +18,7 @@ mod image_copies;
 mod image_full_host;
 mod image_inline;
 mod interrupted_delete;
+mod io_limits;
 mod lifecycle;
 mod modify;
 mod mount_table;

@@ -32,6 +32,9 @@ pub enum ControllerError {
     Mount(#[from] MountError),
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// New IO limits recorded, and not written to a pod the volume is published to.
+    #[error(transparent)]
+    IoLimits(#[from] super::IoLimitError),
     /// A restore from a snapshot, or a clone of a volume, that is not there.
     #[error("{kind} {id} does not exist")]
     SourceNotFound { kind: &'static str, id: String },

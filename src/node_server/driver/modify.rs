@@ -24,6 +24,7 @@ impl Driver {
         if record.is_image() {
             self.apply_image_root_mode(&record);
         }
+        self.rehold_io_limits(&record)?;
         Ok(record)
     }
 
@@ -72,6 +73,27 @@ impl Driver {
                 what: what(),
                 why: "it is a directory; only block and image volumes have a loop device".into(),
             });
+        }
+        if let Some(key) = wanted.io_key() {
+            if !block && !image {
+                return Err(ControllerError::CannotApply {
+                    key,
+                    what: what(),
+                    why: "it is a directory on the state directory's filesystem, whose device \
+                          every such volume shares; IO limits need a device of the volume's \
+                          own (layout: image, or a block volume)"
+                        .into(),
+                });
+            }
+            if let Some(key) = wanted.io_limit_key()
+                && let Err(e) = self.io_hierarchy()
+            {
+                return Err(ControllerError::CannotApply {
+                    key,
+                    what: what(),
+                    why: e.to_string(),
+                });
+            }
         }
         if wanted.inode_limit.is_none() {
             return Ok(());

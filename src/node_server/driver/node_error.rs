@@ -124,4 +124,6 @@ pub enum NodeError {
          node-server's container that capability"
     )]
     NoResizeCapability { id: String, from: u64, to: u64 },
+    #[error(transparent)]
+    IoLimits(#[from] super::IoLimitError),
 }

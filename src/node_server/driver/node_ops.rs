@@ -33,6 +33,8 @@ pub struct PublishRequest {
     pub ephemeral: Option<std::collections::HashMap<String, String>>,
     /// Block access: the device at a target file, not a directory.
     pub block: bool,
+    /// The pod's UID, where the kubelet passes it (`podInfoOnMount`).
+    pub pod: Option<String>,
 }
 
 /// How a NodeStageVolume request stages.
@@ -161,6 +163,10 @@ impl Driver {
             self.not_the_other_calls(Role::Staging, staging)?;
         }
         self.not_inside_a_volume(Field::TargetPath, &target)?;
+        let limited_pod = match &record {
+            Some(record) => self.io_limits_can_hold(record, req.pod.as_deref())?,
+            None => None,
+        };
         let published = match record.as_ref() {
             Some(record) if record.block => self.publish_block(
                 record,
@@ -182,7 +188,17 @@ impl Driver {
             self.volumes.records().note_staged(id, staging)?;
         }
         let created = matches!(published, Published::Mounted { created: true });
-        Ok(self.volumes.records().note_target(id, &target, created)?)
+        self.volumes
+            .records()
+            .note_target(id, &target, created, req.pod.as_deref())?;
+        // After the mount, and on a retry of a publish done already: the pod's limits hold
+        // from its container's first IO (a container starts only after every publish).
+        if let (Some(record), Some(pod)) = (&record, &limited_pod)
+            && let Some(limits) = record.attributes.io_limits()
+        {
+            self.hold_io_limits(record, pod, limits)?;
+        }
+        Ok(())
     }
 
     /// A filesystem (or ephemeral) volume's publish: its directory bound on the target. An
@@ -250,6 +266,20 @@ impl Driver {
             return self.unknown_volume_at(id, field, &target);
         };
         let created = (record.targets.iter()).any(|t| t.path == target && t.created);
+        // Lifted while the volume's devices are all still attached (a read-only publish's
+        // goes at its unpublish), unless the same pod keeps another publication of it.
+        let pod_of = |t: &crate::node_server::state::volumes::Target| t.pod.clone();
+        let pod = record
+            .targets
+            .iter()
+            .find(|t| t.path == target)
+            .and_then(pod_of);
+        if let Some(pod) = pod
+            && record.attributes.io_limits().is_some()
+            && !(record.targets.iter()).any(|t| t.path != target && t.pod.as_ref() == Some(&pod))
+        {
+            self.lift_io_limits(&record, &pod);
+        }
         if record.block {
             self.unpublish_block(&record, &target, created)?;
         } else if record.is_image() && record.ephemeral {

@@ -54,6 +54,8 @@ fn status(error: ControllerError) -> Status {
         | E::SourceAccessType { .. }
         | E::SourceLayout { .. } => Code::InvalidArgument,
         E::BlockSize { .. } | E::ImageSize { .. } => Code::OutOfRange,
+        // Recorded, and not written to a pod's cgroup: the CO retries the call.
+        E::IoLimits(_) => Code::Internal,
         // DeleteVolume of a volume that is still mounted; an expansion whose limit would
         // stay where it is (sizes not enforced now).
         E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. }) => {

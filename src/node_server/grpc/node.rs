@@ -7,11 +7,15 @@ use std::sync::Arc;
 use tonic::{Code, Request, Response, Status};
 
 use crate::csi_spec::Field;
+use crate::linux::cgroup_io::CgroupError as G;
 use crate::linux::loopdev::LoopError as L;
 use crate::linux::quota::QuotaError;
 use crate::linux::resolve::ResolveError;
 use crate::node_server::driver::BindError as P;
-use crate::node_server::driver::{Driver, NodeError, PublishRequest, Staging, is_ephemeral};
+use crate::node_server::driver::IoLimitError as IoL;
+use crate::node_server::driver::{
+    Driver, NodeError, POD_UID, PublishRequest, Staging, is_ephemeral,
+};
 use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, AccessMode};
 use crate::node_server::state::volumes::VolumeError as V;
@@ -62,6 +66,19 @@ fn status(error: NodeError) -> Status {
         }
         // A filesystem that must grow while node-server lacks the capability to grow it.
         E::NoResizeCapability { .. } => Code::FailedPrecondition,
+        // A volume with IO limits published where they cannot hold (no pod named, a node
+        // without cgroup v2 or its io controller, no cgroup for the pod): nothing mounted.
+        E::IoLimits(IoL::NoPod { .. })
+        | E::IoLimits(IoL::Cgroup {
+            source:
+                G::NotV2 { .. }
+                | G::NoIoController { .. }
+                | G::BadUid(_)
+                | G::PodNotFound { .. }
+                | G::NotEnabled { .. },
+            ..
+        }) => Code::FailedPrecondition,
+        E::IoLimits(_) => Code::Internal,
         E::MissingParent { .. }
         | E::StagedElsewhere { .. }
         | E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. })
@@ -292,6 +309,7 @@ impl Node for NodeService {
             context: cap.context.clone(),
             exclusive: cap.mode == AccessMode::SingleNodeSingleWriter,
             group: cap.group,
+            pod: req.volume_context.get(POD_UID).cloned(),
             ephemeral: ephemeral.then_some(req.volume_context),
             block: cap.block,
         };

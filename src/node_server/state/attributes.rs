@@ -14,6 +14,13 @@
 //!   the attached devices at once. `true` holds where the filesystem under the state
 //!   directory allows it (not tmpfs); elsewhere the devices stay buffered.
 //!
+//! - `readBytesPerSecond`, `writeBytesPerSecond` (a quantity: `20Mi`, `1G`, `1048576`) and
+//!   `readIOPS`, `writeIOPS` (a whole number): limits on the volume's own device for every pod
+//!   it is published to, written as cgroup v2 `io.max` on the pod's cgroup at publish and
+//!   changed there at once by ControllerModifyVolume (`0`: no limit). Block and image volumes
+//!   only (a directory shares its filesystem's device with every other volume), and only on a
+//!   node booted with cgroup v2.
+//!
 //! The first two apply to filesystem volumes (`inodeLimit` not to image volumes, whose inodes
 //! are their own filesystem's), the last to block and image volumes; a key that does not apply
 //! to the volume is refused.
@@ -27,8 +34,20 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub const INODE_LIMIT: &str = "inodeLimit";
 pub const ROOT_MODE: &str = "rootMode";
 pub const DIRECT_IO: &str = "directIO";
+pub const READ_BYTES_PER_SECOND: &str = "readBytesPerSecond";
+pub const WRITE_BYTES_PER_SECOND: &str = "writeBytesPerSecond";
+pub const READ_IOPS: &str = "readIOPS";
+pub const WRITE_IOPS: &str = "writeIOPS";
 /// Every key a VolumeAttributesClass may use, for error messages.
-pub const KEYS: [&str; 3] = [INODE_LIMIT, ROOT_MODE, DIRECT_IO];
+pub const KEYS: [&str; 7] = [
+    INODE_LIMIT,
+    ROOT_MODE,
+    DIRECT_IO,
+    READ_BYTES_PER_SECOND,
+    WRITE_BYTES_PER_SECOND,
+    READ_IOPS,
+    WRITE_IOPS,
+];
 
 /// A volume's attributes; `None`: never set, the default holds.
 ///
@@ -48,6 +67,18 @@ pub struct Attributes {
     pub root_mode: Option<u32>,
     #[serde(rename = "directIO", skip_serializing_if = "Option::is_none")]
     pub direct_io: Option<bool>,
+    /// IO limits (`Some(0)`: asked to be unlimited).
+    #[serde(rename = "readBytesPerSecond", skip_serializing_if = "Option::is_none")]
+    pub read_bytes_per_second: Option<u64>,
+    #[serde(
+        rename = "writeBytesPerSecond",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub write_bytes_per_second: Option<u64>,
+    #[serde(rename = "readIOPS", skip_serializing_if = "Option::is_none")]
+    pub read_iops: Option<u64>,
+    #[serde(rename = "writeIOPS", skip_serializing_if = "Option::is_none")]
+    pub write_iops: Option<u64>,
 }
 
 /// A parameter node-server cannot apply.
@@ -129,6 +160,32 @@ fn direct_io(field: &'static str, value: &str) -> Result<bool, ParameterError> {
     }
 }
 
+fn bytes_per_second(
+    field: &'static str,
+    key: &'static str,
+    value: &str,
+) -> Result<u64, ParameterError> {
+    crate::quantity::parse_quantity(value).map_err(|_| ParameterError::Invalid {
+        field,
+        key,
+        value: value.to_owned(),
+        why: "must be bytes per second, such as 20Mi, 1G or 1048576 (0: no limit)",
+    })
+}
+
+fn iops(field: &'static str, key: &'static str, value: &str) -> Result<u64, ParameterError> {
+    let invalid = || ParameterError::Invalid {
+        field,
+        key,
+        value: value.to_owned(),
+        why: "must be a whole number of operations per second (0: no limit)",
+    };
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    value.parse().map_err(|_| invalid())
+}
+
 impl Attributes {
     /// `mutable_parameters`: every key must be ours.
     pub fn from_mutable(map: &HashMap<String, String>) -> Result<Self, ParameterError> {
@@ -156,6 +213,16 @@ impl Attributes {
                 INODE_LIMIT => attributes.inode_limit = Some(inode_limit(field, value)?),
                 ROOT_MODE => attributes.root_mode = Some(root_mode(field, value)?),
                 DIRECT_IO => attributes.direct_io = Some(direct_io(field, value)?),
+                READ_BYTES_PER_SECOND => {
+                    attributes.read_bytes_per_second =
+                        Some(bytes_per_second(field, READ_BYTES_PER_SECOND, value)?)
+                }
+                WRITE_BYTES_PER_SECOND => {
+                    attributes.write_bytes_per_second =
+                        Some(bytes_per_second(field, WRITE_BYTES_PER_SECOND, value)?)
+                }
+                READ_IOPS => attributes.read_iops = Some(iops(field, READ_IOPS, value)?),
+                WRITE_IOPS => attributes.write_iops = Some(iops(field, WRITE_IOPS, value)?),
                 _ if strict => {
                     return Err(ParameterError::Unknown {
                         field,
@@ -174,7 +241,47 @@ impl Attributes {
             inode_limit: change.inode_limit.or(self.inode_limit),
             root_mode: change.root_mode.or(self.root_mode),
             direct_io: change.direct_io.or(self.direct_io),
+            read_bytes_per_second: change.read_bytes_per_second.or(self.read_bytes_per_second),
+            write_bytes_per_second: change
+                .write_bytes_per_second
+                .or(self.write_bytes_per_second),
+            read_iops: change.read_iops.or(self.read_iops),
+            write_iops: change.write_iops.or(self.write_iops),
         }
+    }
+
+    /// The IO keys these attributes set, in [`KEYS`] order.
+    fn io_values(&self) -> [(&'static str, Option<u64>); 4] {
+        [
+            (READ_BYTES_PER_SECOND, self.read_bytes_per_second),
+            (WRITE_BYTES_PER_SECOND, self.write_bytes_per_second),
+            (READ_IOPS, self.read_iops),
+            (WRITE_IOPS, self.write_iops),
+        ]
+    }
+
+    /// The first IO key these attributes set, if any (`0` included).
+    pub fn io_key(&self) -> Option<&'static str> {
+        self.io_values()
+            .into_iter()
+            .find_map(|(key, v)| v.map(|_| key))
+    }
+
+    /// The first IO key set to a limit (not `0`), if any.
+    pub fn io_limit_key(&self) -> Option<&'static str> {
+        (self.io_values().into_iter()).find_map(|(key, v)| v.filter(|&v| v > 0).map(|_| key))
+    }
+
+    /// The volume's device limits, if any IO key was ever set (all `max` once set to `0`).
+    pub fn io_limits(&self) -> Option<crate::linux::cgroup_io::Limits> {
+        self.io_key()?;
+        let limit = |v: Option<u64>| v.filter(|&v| v > 0);
+        Some(crate::linux::cgroup_io::Limits {
+            read_bytes: limit(self.read_bytes_per_second),
+            write_bytes: limit(self.write_bytes_per_second),
+            read_iops: limit(self.read_iops),
+            write_iops: limit(self.write_iops),
+        })
     }
 
     /// Whether every attribute `wanted` sets has that value here.
@@ -197,6 +304,11 @@ impl Attributes {
         }
         if let Some(on) = self.direct_io {
             map.insert(DIRECT_IO.to_owned(), on.to_string());
+        }
+        for (key, value) in self.io_values() {
+            if let Some(value) = value {
+                map.insert(key.to_owned(), value.to_string());
+            }
         }
         map
     }
@@ -224,6 +336,7 @@ mod tests {
             inode_limit: Some(1000),
             root_mode: Some(0o770),
             direct_io: Some(false),
+            ..Default::default()
         };
         assert_eq!(Attributes::from_mutable(&given), Ok(expected));
         let fake = map(&[("XXX_FakeKey", "XXX_FakeValue")]);
@@ -265,6 +378,7 @@ mod tests {
             inode_limit: Some(10),
             root_mode: Some(0o700),
             direct_io: None,
+            ..Default::default()
         };
         let change = Attributes {
             root_mode: Some(0o750),
@@ -285,11 +399,17 @@ mod tests {
             inode_limit: Some(0),
             root_mode: Some(0o2770),
             direct_io: Some(true),
+            read_bytes_per_second: Some(1 << 20),
+            write_bytes_per_second: Some(0),
+            read_iops: Some(100),
+            write_iops: Some(50),
         };
         let written = to_value(full).unwrap();
         assert_eq!(
             written,
-            json!({ "inodeLimit": 0, "rootMode": 0o2770, "directIO": true })
+            json!({ "inodeLimit": 0, "rootMode": 0o2770, "directIO": true,
+                    "readBytesPerSecond": 1048576, "writeBytesPerSecond": 0,
+                    "readIOPS": 100, "writeIOPS": 50 })
         );
         let mut keys: Vec<&str> = written.as_object().unwrap().keys().map(|k| &**k).collect();
         let mut ours = KEYS.to_vec();
@@ -304,5 +424,38 @@ mod tests {
         assert!(bad.to_string().contains("rootMode 0o17777"), "{bad}");
         assert!(from_value::<Attributes>(json!({ "rootMode": "0770" })).is_err());
         assert_eq!(full.to_map()["rootMode"], "2770");
+    }
+
+    #[test]
+    fn io_limits_take_quantities_and_whole_numbers_and_zero_lifts_one() {
+        let given = map(&[
+            ("readBytesPerSecond", "20Mi"),
+            ("writeBytesPerSecond", "0"),
+            ("writeIOPS", "150"),
+        ]);
+        let attributes = Attributes::from_mutable(&given).unwrap();
+        assert_eq!(attributes.read_bytes_per_second, Some(20 << 20));
+        assert_eq!(attributes.io_key(), Some(READ_BYTES_PER_SECOND));
+        assert_eq!(attributes.io_limit_key(), Some(READ_BYTES_PER_SECOND));
+        let limits = attributes.io_limits().unwrap();
+        assert_eq!(
+            limits.io_max_line((7, 1)),
+            "7:1 rbps=20971520 wbps=max riops=max wiops=150"
+        );
+        let lifted = attributes
+            .with(Attributes::from_mutable(&map(&[("readBytesPerSecond", "0")])).unwrap());
+        assert_eq!(lifted.io_limit_key(), Some(WRITE_IOPS));
+        assert!(Attributes::default().io_limits().is_none());
+        for (key, bad) in [
+            ("readIOPS", "1.5"),
+            ("writeIOPS", "-1"),
+            ("readBytesPerSecond", "fast"),
+        ] {
+            let err = Attributes::from_mutable(&map(&[(key, bad)])).unwrap_err();
+            assert!(
+                err.to_string().contains(key) && err.to_string().contains(bad),
+                "{err}"
+            );
+        }
     }
 }

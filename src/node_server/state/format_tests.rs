@@ -52,6 +52,7 @@ fn volumes() -> Vec<(&'static str, Record)> {
                     inode_limit: Some(5000),
                     root_mode: Some(0o2770),
                     direct_io: Some(false),
+                    ..Default::default()
                 },
                 block: true,
                 ..Default::default()
@@ -312,11 +313,16 @@ fn record() -> impl Strategy<Value = Record> {
         proptest::option::of(any::<u64>()),
         proptest::option::of(0u32..=0o7777),
         proptest::option::of(any::<bool>()),
+        proptest::array::uniform4(proptest::option::of(any::<u64>())),
     )
-        .prop_map(|(inode_limit, root_mode, direct_io)| Attributes {
+        .prop_map(|(inode_limit, root_mode, direct_io, io)| Attributes {
             inode_limit,
             root_mode,
             direct_io,
+            read_bytes_per_second: io[0],
+            write_bytes_per_second: io[1],
+            read_iops: io[2],
+            write_iops: io[3],
         });
     (
         (id(), ".{0,20}", any::<u64>(), any::<bool>()),

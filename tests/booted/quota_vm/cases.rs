@@ -10,6 +10,7 @@ use super::enforce::*;
 use super::escapes::*;
 use super::fixtures::{Prep, TestFs};
 use super::grown::*;
+use super::io_limits::*;
 use super::leftovers::*;
 use super::lifecycle::*;
 use super::modify::*;
@@ -74,6 +75,7 @@ const GENERIC: &[(&str, Case)] = cases![
     node_server_reserves_sizes_and_inodes_and_stats_never_claim_more_than_the_filesystem_has,
     an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean,
     node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds,
+    a_volumes_write_limit_holds_its_pod_changes_live_and_spares_the_neighbour,
 ];
 
 /// Names only the cases containing one of its comma-separated words, for a developer's

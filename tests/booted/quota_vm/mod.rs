@@ -16,6 +16,7 @@ mod enforce;
 mod escapes;
 mod fixtures;
 mod grown;
+mod io_limits;
 mod leftovers;
 mod lifecycle;
 mod modify;

@@ -102,6 +102,7 @@ fn attributes_and_the_block_access_type_are_kept_and_older_records_load_with_the
             inode_limit: Some(5000),
             root_mode: Some(0o750),
             direct_io: None,
+            ..Default::default()
         },
         ..record("a")
     };

@@ -147,6 +147,7 @@ mod tests {
             targets: vec![Target {
                 path: PathBuf::from("/var/lib/kubelet/pods/p/mount"),
                 created: true,
+                pod: None,
             }],
             ..Default::default()
         }
@@ -244,6 +245,7 @@ mod tests {
                 .map(|n| Target {
                     path: PathBuf::from(format!("/var/lib/kubelet/pods/{n:0>60}/mount")),
                     created: false,
+                    pod: None,
                 })
                 .collect(),
             ..record

@@ -73,13 +73,25 @@ impl Catalog {
 
     /// Remembers that the volume is published at `path`, and whether publish made the mount
     /// point (a mount point it made once stays made by it).
-    pub fn note_target(&self, id: &str, path: &Path, created: bool) -> Result<(), VolumeError> {
+    pub fn note_target(
+        &self,
+        id: &str,
+        path: &Path,
+        created: bool,
+        pod: Option<&str>,
+    ) -> Result<(), VolumeError> {
         self.amend(id, |r| {
             match r.targets.iter_mut().find(|t| t.path == path) {
-                Some(target) => target.created |= created,
+                Some(target) => {
+                    target.created |= created;
+                    if pod.is_some() {
+                        target.pod = pod.map(str::to_owned);
+                    }
+                }
                 None => r.targets.push(Target {
                     path: PathBuf::from(path),
                     created,
+                    pod: pod.map(str::to_owned),
                 }),
             }
         })

@@ -97,6 +97,10 @@ impl Record {
 pub struct Target {
     pub path: PathBuf,
     pub created: bool,
+    /// The UID of the pod it was published to, where the kubelet said (`podInfoOnMount`):
+    /// whose cgroup holds the volume's IO limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 /// A record's `access_type`: `"block"` for a raw block volume (or its snapshot), written only
