@@ -1,7 +1,7 @@
 //! Per-device I/O limits of a pod, in cgroup v2's `io.max`: the pod's cgroup found from its UID
 //! under either layout the kubelet makes, and the limit line for one device written there.
-//! Nothing here knows volumes; the node calls that will set a volume's limits at publish and
-//! clear them at unpublish are not wired yet (issue 33, item 2).
+//! Nothing here knows volumes: `node_server::driver::io_limits` writes a volume's limits at
+//! publish, lifts them at unpublish and rewrites them at ControllerModifyVolume.
 //!
 //! The kubelet's two cgroup drivers name a pod's cgroup differently (its QoS class picks the
 //! middle level; Guaranteed pods sit directly under the top):

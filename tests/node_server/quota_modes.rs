@@ -54,7 +54,8 @@ async fn conditions(csi: &mut Csi, sandbox: &MountSandbox) -> Vec<String> {
 
 #[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quota_auto_where_quotas_cannot_hold_starts_and_says_why_once_and_in_every_stats() {
+async fn quota_auto_where_quotas_cannot_hold_starts_and_warns_once_with_what_to_do_and_says_why_in_every_stats()
+ {
     let sandbox = MountSandbox::new();
     let (child, mut csi) = start(&sandbox, "auto").await;
     let messages = conditions(&mut csi, &sandbox).await;
@@ -64,7 +65,13 @@ async fn quota_auto_where_quotas_cannot_hold_starts_and_says_why_once_and_in_eve
         .filter(|l| l.contains("accounted, not enforced"))
         .collect();
     assert_eq!(said.len(), 1, "said once at start-up:\n{logs}");
-    let reason = said[0].split("] ").nth(1).expect("a klog line");
+    // Never silent: a warning, with what to do about it.
+    assert!(said[0].starts_with('W'), "not a warning: {}", said[0]);
+    for advice in ["layout: image", "prjquota", "--quota=off"] {
+        assert!(said[0].contains(advice), "{advice}: {}", said[0]);
+    }
+    let line = said[0].split("] ").nth(1).expect("a klog line");
+    let reason = line.split(": a directory volume").next().unwrap();
     assert!(
         reason.contains(&*sandbox.path().to_string_lossy()),
         "{reason}"
@@ -91,6 +98,10 @@ async fn quota_off_says_quotas_are_off_and_never_looks_at_the_filesystem() {
     // Had it looked, it would name the filesystem, as auto does.
     assert!(logs.contains("quotas are off (--quota=off)"), "{logs}");
     assert!(!logs.contains("project quota"), "{logs}");
+    assert!(
+        !logs.lines().any(|l| l.starts_with('W')),
+        "meant, so no warning: {logs}"
+    );
 }
 
 #[test]

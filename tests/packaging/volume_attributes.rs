@@ -1,43 +1,21 @@
 //! `examples/volume-attributes-class.yaml`: the IO-limits class names exactly the four limits
-//! node-server takes, each value in the form it takes, for this driver, and its PVC asks for a
+//! node-server takes, each value one node-server's parser takes, for this driver, and its PVC asks for a
 //! volume that has a device of its own for `io.max` to name. (That the file validates against
 //! the API is in `manifests.rs`.)
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
+use csi_nodekit::node_server::state::attributes::Attributes;
 use serde_json::Value;
 
-use super::manifests::{documents_in, kind, manifest_dir};
+use super::manifests::{
+    EVERY_COMPONENT, container, documents_in, kind, manifest_dir, our_daemonset, pod_spec,
+    rendered, strings,
+};
 
 const BYTE_RATES: &[&str] = &["readBytesPerSecond", "writeBytesPerSecond"];
 const OPERATION_RATES: &[&str] = &["readIOPS", "writeIOPS"];
-
-/// A plain count: digits only.
-fn is_integer(value: &str) -> bool {
-    !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// A Kubernetes quantity of bytes without a fraction or exponent: digits, then one of the
-/// binary or decimal suffixes or none.
-fn is_byte_quantity(value: &str) -> bool {
-    let suffixes = [
-        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E", "",
-    ];
-    suffixes
-        .iter()
-        .any(|s| value.strip_suffix(s).is_some_and(is_integer))
-}
-
-#[test]
-fn the_forms_a_limit_takes_are_told_apart_as_the_example_needs() {
-    for good in ["0", "1048576", "20Mi", "1Gi", "500k"] {
-        assert!(is_byte_quantity(good), "{good}");
-    }
-    for bad in ["", "Mi", "20MiB", "1.5Gi", "-1", "20 Mi", "1e6"] {
-        assert!(!is_byte_quantity(bad), "{bad}");
-    }
-    assert!(is_integer("2000") && !is_integer("2k") && !is_integer(""));
-}
 
 #[ignore = "needs PyYAML (.ci/run installs it)"]
 #[test]
@@ -65,14 +43,21 @@ fn the_io_limits_class_sets_the_four_limits_in_their_forms_for_a_volume_with_a_d
     let mut expected = limits.clone();
     expected.sort();
     assert_eq!(keys, expected, "the four limits, nothing else");
-    for (key, value) in parameters {
-        let value = value.as_str().expect("parameters are strings");
-        if BYTE_RATES.contains(&key.as_str()) {
-            assert!(is_byte_quantity(value), "{key}: {value}");
-        } else {
-            assert!(is_integer(value), "{key}: {value}");
-        }
-    }
+    // node-server's own parser takes every value, as a limit.
+    let given: HashMap<String, String> = parameters
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str().expect("parameters are strings").to_owned(),
+            )
+        })
+        .collect();
+    let attributes = Attributes::from_mutable(&given).expect("node-server takes the class");
+    assert!(
+        attributes.io_limit_key().is_some(),
+        "{given:?} sets no limit"
+    );
 
     // Its PVC: a volume of the image layout (or a raw block one), which has a device.
     let name = class["metadata"]["name"].as_str().unwrap();
@@ -96,4 +81,31 @@ fn the_io_limits_class_sets_the_four_limits_in_their_forms_for_a_volume_with_a_d
         block || storage_class["parameters"]["layout"] == "image",
         "{pvc}: a directory volume has no device of its own"
     );
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn node_server_sees_the_nodes_cgroup_hierarchy_where_its_cgroup_root_says() {
+    let out = rendered(&[EVERY_COMPONENT]);
+    let docs = documents_in(out.path());
+    let daemonset = our_daemonset(&docs);
+    let node_server = container(daemonset, "node-server");
+    let args = strings(&node_server["args"]);
+    let root = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--cgroup-root="))
+        .expect("node-server is given --cgroup-root");
+    let mount = node_server["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == root)
+        .unwrap_or_else(|| panic!("nothing mounted at {root}"));
+    let volumes = pod_spec(daemonset).unwrap()["volumes"].as_array().unwrap();
+    let volume = volumes
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(volume["hostPath"]["path"], "/sys/fs/cgroup", "{volume}");
+    assert_ne!(mount["readOnly"], true, "io.max is written");
 }

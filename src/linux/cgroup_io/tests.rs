@@ -1,5 +1,5 @@
 //! The layouts and refusals on hierarchies laid out in a temporary directory: the logic only.
-//! Writing `io.max` for real needs a cgroup v2 kernel (the quota VM's, once item 2 is wired).
+//! Writing `io.max` for real needs a cgroup v2 kernel: the quota VM's (`booted/quota_vm/io_limits.rs`).
 
 use super::*;
 

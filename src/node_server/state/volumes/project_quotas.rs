@@ -108,7 +108,17 @@ impl VolumeQuotas {
             (Decision::Refuse { reason }, _) => Err(QuotaRefused(reason)),
             (decision, _) => {
                 let reason = decision.reason().unwrap_or_default().to_owned();
-                log::info!("{reason}");
+                match mode {
+                    Mode::Off => log::info!("{reason}"),
+                    // Never silent: a directory volume here can fill the node's disk.
+                    _ => log::warn!(
+                        "{reason}: a directory volume (layout: directory) can outgrow its size \
+                         and fill this filesystem; image volumes (layout: image) hold their \
+                         size anyway. To enforce directory volumes' sizes give the state \
+                         directory XFS mounted with prjquota or ext4 with the project feature \
+                         and prjquota; to say unenforced sizes are meant, pass --quota=off"
+                    ),
+                }
                 Ok(Self::AccountOnly { reason })
             }
         }
