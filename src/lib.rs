@@ -37,6 +37,7 @@
 //! - [`http`] — the small HTTP server for `/healthz`, `/readyz`, `/metrics` (`http/conns.rs`:
 //!   bounded connections, the longest-idle one shed at the cap, drained on shutdown), and a
 //!   one-shot GET. [`metrics`] — `csi_sidecar_operations_seconds` and friends, OpenMetrics text.
+//!   [`names`] — host names to addresses without glibc's NSS: `/etc/hosts`, then DNS.
 //! - [`runtime`] — the one builder of a mode's tokio runtime and its signal-driven shutdown;
 //!   [`shutdown`] — SIGTERM/SIGINT → one shutdown future for every server; grace period.
 //! - [`logging`] — klog-style `--v` on env_logger; klog's text header or component-base's JSON;

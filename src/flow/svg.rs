@@ -2,7 +2,8 @@
 //! `sans-serif` family), a white background, and a declared width and height at which every
 //! label is readable. A lifeline per party, an arrow per call with its step number in a circle
 //! on the left, a failed step red with its text, a skipped one grey and dashed; each arrow's
-//! whole text is also its `<title>` (the tooltip), since long results are wrapped.
+//! whole text is also its `<title>` (the tooltip); long results are wrapped, never cut, and an
+//! arrow to a process names the socket the call went to.
 
 use std::fmt::Write;
 
@@ -96,19 +97,16 @@ fn row(out: &mut String, arrow: &Arrow, y: usize, lane_x: &dyn Fn(Party) -> usiz
     };
     let span = if own { LANE - 40 } else { x1.abs_diff(x2) - 16 };
     let fit = ((span as f64) / CHAR_PX) as usize;
-    let most = match arrow.outcome {
-        Outcome::Ok => 2,
-        _ => 4,
-    };
     let mut heading = arrow.heading();
     match arrow.outcome {
         Outcome::Ok => {}
         Outcome::Failed => heading.push_str(" — failed"),
         Outcome::Skipped => heading.push_str(" — skipped"),
     }
-    let lines = wrap(&arrow.result, fit.max(10), most);
+    let lines = wrap(&arrow.result, fit.max(10));
     let line_y = y + 20 + LINE * lines.len() + 6;
-    let next = line_y + 14;
+    let socket = (!own).then(|| socket(arrow.to)).flatten();
+    let next = line_y + 14 + if socket.is_some() { 12 } else { 0 };
     let whole = format!("{heading}: {}", arrow.result);
     let _ = write!(
         out,
@@ -162,13 +160,36 @@ fn row(out: &mut String, arrow: &Arrow, y: usize, lane_x: &dyn Fn(Party) -> usiz
             r#"<line x1="{x1}" y1="{line_y}" x2="{x2}" y2="{line_y}" stroke="{colour}" stroke-width="1.5"{dash} marker-end="url(#head-{head})"/>"#
         );
     }
+    if let Some(socket) = socket {
+        // Under the line, at its head: the socket the call went to.
+        let (x, anchor) = if x2 > x1 {
+            (x2 - 8, "end")
+        } else {
+            (x2 + 8, "start")
+        };
+        let _ = write!(
+            out,
+            r#"<text x="{x}" y="{}" font-size="10" font-style="italic" text-anchor="{anchor}" fill="{GREY}">{}</text>"#,
+            line_y + 13,
+            escape(socket)
+        );
+    }
     out.push_str("</g>\n");
     next
 }
 
-/// Words in lines of at most `fit` characters, at most `most` lines; what is left is cut with
-/// an ellipsis (it is whole in the tooltip). A word longer than a line is broken.
-fn wrap(text: &str, fit: usize, most: usize) -> Vec<String> {
+/// The socket a call to `party` goes to, where it is one of the flow's Unix sockets.
+fn socket(party: Party) -> Option<&'static str> {
+    match party {
+        Party::Driver => Some("on csi.sock"),
+        Party::Registrar => Some("on <driver>-reg.sock"),
+        Party::Kubelet | Party::Doctor | Party::Api => None,
+    }
+}
+
+/// Words in lines of at most `fit` characters, every word shown (GitHub shows no tooltips, so
+/// nothing may be cut to one). A word longer than a line is broken.
+fn wrap(text: &str, fit: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut current = String::new();
     for word in text.split_whitespace() {
@@ -195,14 +216,6 @@ fn wrap(text: &str, fit: usize, most: usize) -> Vec<String> {
     }
     if !current.is_empty() {
         lines.push(current);
-    }
-    if lines.len() > most {
-        lines.truncate(most);
-        if let Some(last) = lines.last_mut() {
-            let mut chars: Vec<char> = last.chars().collect();
-            chars.truncate(fit.saturating_sub(1));
-            *last = chars.into_iter().collect::<String>() + "…";
-        }
     }
     lines
 }
@@ -231,10 +244,13 @@ mod tests {
 
     #[test]
     fn long_words_and_long_texts_wrap_within_the_lines_given() {
-        assert_eq!(wrap("a bb ccc", 4, 3), ["a bb", "ccc"]);
-        assert_eq!(wrap("abcdefghij", 4, 3), ["abcd", "efgh", "ij"]);
-        assert_eq!(wrap("one two three four", 5, 2), ["one", "two…"]);
-        assert!(wrap("", 5, 2).is_empty());
+        assert_eq!(wrap("a bb ccc", 4), ["a bb", "ccc"]);
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(
+            wrap("one two three four", 5),
+            ["one", "two", "three", "four"]
+        );
+        assert!(wrap("", 5).is_empty());
     }
 
     #[test]

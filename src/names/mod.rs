@@ -8,6 +8,8 @@
 //! may have no `/etc/hosts`), and `invalid` and names under it never exist; then DNS, to the name servers, search domains, `ndots`, timeout
 //! and attempts of `/etc/resolv.conf` (its defaults without one).
 //!
+//! `hosts_file` reads `/etc/hosts`; `dns` asks the name servers.
+//!
 //! Nothing else in the crate may pass a host name to `std` or tokio (`ToSocketAddrs` for a
 //! string, `lookup_host`): either would link `getaddrinfo` back in; a packaging test reads the
 //! shipped binary for it.

@@ -56,6 +56,26 @@ fn arrows(svg: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// Each arrow's step and what is drawn for it (its texts, the tooltip left out), joined by
+/// spaces.
+fn drawn(svg: &str) -> Vec<(String, String)> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.attribute("class") == Some("arrow"))
+        .map(|n| {
+            let texts: Vec<&str> = n
+                .children()
+                .filter(|c| c.has_tag_name("text"))
+                .filter_map(|t| t.text())
+                .collect();
+            (
+                n.attribute("data-step").unwrap().to_owned(),
+                texts.join(" "),
+            )
+        })
+        .collect()
+}
+
 fn lifelines(svg: &str) -> Vec<String> {
     let doc = roxmltree::Document::parse(svg).unwrap();
     doc.descendants()
@@ -123,6 +143,30 @@ async fn the_kubelets_svg_draws_the_lifelines_and_every_call_of_the_run() {
         "{}",
         texts[4]
     );
+    // Drawn whole (GitHub shows no tooltips), and each call to a process names its socket.
+    let shown = drawn(&svg);
+    for ((step, text), (_, _, title)) in shown.iter().zip(&arrows) {
+        assert!(!text.contains('…'), "step {step} cut: {text}");
+        // Long words (paths) are broken across lines: compared without the breaks.
+        let result = title.split_once(": ").map_or("", |(_, result)| result);
+        let squeezed = |t: &str| t.split_whitespace().collect::<String>();
+        assert!(
+            squeezed(text).contains(&squeezed(result)),
+            "step {step} lacks some of {result:?}: {text}"
+        );
+        let socket = match step.as_str() {
+            "4" | "7" => Some("on <driver>-reg.sock"),
+            "5" => Some("on csi.sock"),
+            _ => None,
+        };
+        match socket {
+            Some(socket) => assert!(text.ends_with(socket), "step {step}: {text}"),
+            None => assert!(
+                !text.contains(".sock on") && !text.ends_with(".sock"),
+                "step {step}: {text}"
+            ),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
