@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the FROM scratch image (packaging/Containerfile) reproducibly and saves it as an OCI
-# archive, with its SBOM (CycloneDX JSON) beside it, then prints its digest and size.
+# archive, with its SBOM (CycloneDX JSON) beside it, then prints its digest and size. The SBOM
+# names the image by its digest (examples/sbom.rs).
 #
 #   scripts/build-image.sh
 #
@@ -61,16 +62,7 @@ command -v "$tool" >/dev/null 2>&1 || {
   exit 1
 }
 
-# 3. The SBOM, from the dependency list the binary carries (cargo auditable's .dep-v0), with the
-# archive's timestamp: the same binary gives the same bytes. Made before the image, so a binary
-# without the list stops the build before anything is built.
-sbom_json=
-if [ "${IMAGE_SBOM:-1}" != 0 ]; then
-  created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
-  sbom_json=$(cargo run --quiet --locked --example sbom -- "$bin" "$created")
-fi
-
-# 4. The build context: the binary and the mode links, nothing else.
+# 3. The build context: the binary and the mode links, nothing else.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/context" "$work/context/links"
@@ -79,7 +71,7 @@ for link in "${links[@]}"; do
   ln -s csi-nodekit "$work/context/links/$link"
 done
 
-# 5. Build. The tag moves to the new image; the image it held before is removed only when
+# 4. Build. The tag moves to the new image; the image it held before is removed only when
 #    nothing uses it any more (no --force: a user's container keeps its image).
 old_id=$("$tool" images --quiet --no-trunc "$name:$version" 2>/dev/null || true)
 "$tool" build --quiet \
@@ -98,7 +90,7 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
     echo "kept the previous image ${old_id:0:12}: still in use" >&2
 fi
 
-# 6. Save: an OCI image layout, tarred with fixed order, owners and times. The build's own tag
+# 5. Save: an OCI image layout, tarred with fixed order, owners and times. The build's own tag
 #    goes into the archive beside the version's; the local store keeps only the version's tag,
 #    so a rebuild replaces the image as before.
 "$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$name:$version"
@@ -113,9 +105,14 @@ archive="$out/csi-nodekit-$version.oci.tar"
 tar --create --file "$archive" --directory "$work/layout" --format=gnu --sort=name \
   --mtime="@$epoch" --owner=0 --group=0 --numeric-owner .
 
-if [ -n "$sbom_json" ]; then
+# 6. The SBOM, now that the image's digest is known: its subject is the image, its timestamp
+#    the archive's. The same binary gives the same bytes.
+sbom=
+if [ "${IMAGE_SBOM:-1}" != 0 ]; then
+  created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
   sbom="$out/csi-nodekit-$version.cdx.json"
-  printf '%s\n' "$sbom_json" >"$sbom"
+  cargo run --quiet --locked --example sbom -- "$bin" "$created" "$name" "$digest" >"$sbom.tmp"
+  mv "$sbom.tmp" "$sbom"
 fi
 
 size=$(stat -c %s "$archive")
@@ -135,7 +132,7 @@ echo "image:   $name:$version (built with $tool)"
 echo "tag:     $name:$build_tag (this build)"
 echo "digest:  $digest"
 echo "archive: $archive, $size bytes ($((size / 1024)) KiB), sha256:${sum%% *}"
-if [ -n "$sbom_json" ]; then
+if [ -n "$sbom" ]; then
   echo "sbom:    $sbom (CycloneDX)"
 fi
 if [ -n "$manifests" ]; then

@@ -20,13 +20,14 @@ pub(super) struct Build {
     pub(super) archive: PathBuf,
     /// The CycloneDX SBOM written beside the archive.
     pub(super) sbom: PathBuf,
-    digest: String,
+    /// The image's digest, as the script printed it.
+    pub(super) digest: String,
     archive_sha256: String,
 }
 
 /// The cargo target directory this test binary was built in: the release build goes there too,
 /// so `scripts/build-static.sh` and this test share it.
-fn target_dir() -> PathBuf {
+pub(super) fn target_dir() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_csi-nodekit"));
     bin.ancestors()
         .nth(2)
