@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the FROM scratch image (packaging/Containerfile) reproducibly and saves it as an OCI
-# archive, with its SBOM (CycloneDX JSON) beside it, then prints its digest and size.
+# archive, with its SBOM (CycloneDX JSON) beside it, then prints its digest and size. The image
+# holds the licence notices of everything linked into the binary in /licenses/
+# (examples/notices.rs); the SBOM names the image by its digest (examples/sbom.rs).
 #
 #   scripts/build-image.sh
 #
@@ -13,7 +15,9 @@
 #   CARGO_TARGET_DIR   as for cargo; the static binary is built there
 #   IMAGE_TOOL         buildah or podman (default: whichever is installed, buildah first)
 #   IMAGE_BINARY       use this static binary instead of building one
-#   IMAGE_SBOM         0: write no SBOM (for a binary built without cargo auditable; default 1)
+#   IMAGE_SBOM         0: write no SBOM and no licence notices (for a stand-in binary built
+#                      without cargo auditable, which has no dependency list to make them from;
+#                      such an image is for tests only; default 1)
 #
 # Each build is also tagged <version>-<first 12 hex digits of its digest> (a tag that names this
 # build's content, unlike the version's tag, which every rebuild moves); the archive carries both
@@ -61,26 +65,33 @@ command -v "$tool" >/dev/null 2>&1 || {
   exit 1
 }
 
-# 3. The SBOM, from the dependency list the binary carries (cargo auditable's .dep-v0), with the
-# archive's timestamp: the same binary gives the same bytes. Made before the image, so a binary
-# without the list stops the build before anything is built.
-sbom_json=
-if [ "${IMAGE_SBOM:-1}" != 0 ]; then
-  created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
-  sbom_json=$(cargo run --quiet --locked --example sbom -- "$bin" "$created")
-fi
-
-# 4. The build context: the binary and the mode links, nothing else.
+# 3. The build context: the binary, the mode links and the licence notices.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir "$work/context" "$work/context/links"
+mkdir "$work/context" "$work/context/links" "$work/context/licenses"
 cp "$bin" "$work/context/csi-nodekit"
 for link in "${links[@]}"; do
   ln -s csi-nodekit "$work/context/links/$link"
 done
+# The notices, from the dependency list the binary carries (cargo auditable's .dep-v0), the
+# crates' sources and this machine's C libraries: the same binary, commit and machine give the
+# same bytes. A binary without the list stops the build here, before anything is built. It
+# prints the SPDX expression of everything linked in, for the image's licences label.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit, with changes not committed"
+fi
+licenses=
+if [ "${IMAGE_SBOM:-1}" != 0 ]; then
+  licenses=$(cargo run --quiet --locked --example notices -- "$bin" "$work/context/licenses" "$commit")
+fi
 
-# 5. Build. The tag moves to the new image; the image it held before is removed only when
+# 4. Build. The tag moves to the new image; the image it held before is removed only when
 #    nothing uses it any more (no --force: a user's container keeps its image).
+build_args=(--build-arg "VERSION=$version")
+if [ -n "$licenses" ]; then
+  build_args+=(--build-arg "LICENSES=$licenses")
+fi
 old_id=$("$tool" images --quiet --no-trunc "$name:$version" 2>/dev/null || true)
 "$tool" build --quiet \
   --format oci \
@@ -88,7 +99,7 @@ old_id=$("$tool" images --quiet --no-trunc "$name:$version" 2>/dev/null || true)
   --omit-history \
   --layers=false \
   --identity-label=false \
-  --build-arg "VERSION=$version" \
+  "${build_args[@]}" \
   --file packaging/Containerfile \
   --tag "$name:$version" \
   "$work/context" >/dev/null
@@ -98,7 +109,7 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
     echo "kept the previous image ${old_id:0:12}: still in use" >&2
 fi
 
-# 6. Save: an OCI image layout, tarred with fixed order, owners and times. The build's own tag
+# 5. Save: an OCI image layout, tarred with fixed order, owners and times. The build's own tag
 #    goes into the archive beside the version's; the local store keeps only the version's tag,
 #    so a rebuild replaces the image as before.
 "$tool" push --quiet --digestfile "$work/digest" "$name:$version" "oci:$work/layout:$name:$version"
@@ -113,9 +124,14 @@ archive="$out/csi-nodekit-$version.oci.tar"
 tar --create --file "$archive" --directory "$work/layout" --format=gnu --sort=name \
   --mtime="@$epoch" --owner=0 --group=0 --numeric-owner .
 
-if [ -n "$sbom_json" ]; then
+# 6. The SBOM, now that the image's digest is known: its subject is the image, its timestamp
+#    the archive's. The same binary gives the same bytes.
+sbom=
+if [ "${IMAGE_SBOM:-1}" != 0 ]; then
+  created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
   sbom="$out/csi-nodekit-$version.cdx.json"
-  printf '%s\n' "$sbom_json" >"$sbom"
+  cargo run --quiet --locked --example sbom -- "$bin" "$created" "$name" "$digest" >"$sbom.tmp"
+  mv "$sbom.tmp" "$sbom"
 fi
 
 size=$(stat -c %s "$archive")
@@ -135,8 +151,10 @@ echo "image:   $name:$version (built with $tool)"
 echo "tag:     $name:$build_tag (this build)"
 echo "digest:  $digest"
 echo "archive: $archive, $size bytes ($((size / 1024)) KiB), sha256:${sum%% *}"
-if [ -n "$sbom_json" ]; then
+if [ -n "$sbom" ]; then
   echo "sbom:    $sbom (CycloneDX)"
+  notices=$(find "$work/context/licenses" -type f -printf '%s\n' | awk '{n++; s+=$1} END {print n+0 " files, " s+0}')
+  echo "notices: /licenses/ in the image, $notices bytes"
 fi
 if [ -n "$manifests" ]; then
   echo "manifests: $manifests (image $name:$build_tag, imagePullPolicy IfNotPresent)"

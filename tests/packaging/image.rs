@@ -20,13 +20,14 @@ pub(super) struct Build {
     pub(super) archive: PathBuf,
     /// The CycloneDX SBOM written beside the archive.
     pub(super) sbom: PathBuf,
-    digest: String,
+    /// The image's digest, as the script printed it.
+    pub(super) digest: String,
     archive_sha256: String,
 }
 
 /// The cargo target directory this test binary was built in: the release build goes there too,
 /// so `scripts/build-static.sh` and this test share it.
-fn target_dir() -> PathBuf {
+pub(super) fn target_dir() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_csi-nodekit"));
     bin.ancestors()
         .nth(2)
@@ -223,7 +224,8 @@ fn chroot() -> PathBuf {
 
 #[ignore = "needs root and buildah: builds the image and runs it under chroot"]
 #[test]
-fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_version_inside_it() {
+fn the_image_holds_only_the_binary_its_mode_links_and_its_licence_notices_and_every_name_answers_version_inside_it()
+ {
     let build = first_build();
     let dir = tempfile::tempdir().unwrap();
     let (config, rootfs) = unpack(&build.archive, dir.path());
@@ -232,13 +234,23 @@ fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_ver
         ("csi-nodekit", "file 755"),
         ("csi-node-driver-registrar", "link -> csi-nodekit"),
         ("csi-node-server", "link -> csi-nodekit"),
+        ("licenses", "dir"),
         ("livenessprobe", "link -> csi-nodekit"),
         ("node-driver-registrar", "link -> csi-nodekit"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
-    assert_eq!(listing(&rootfs), expected, "the image's root filesystem");
+    let all = listing(&rootfs);
+    let (notices, top): (BTreeMap<_, _>, BTreeMap<_, _>) = all
+        .into_iter()
+        .partition(|(path, _)| path.starts_with("licenses/"));
+    assert_eq!(top, expected, "the image's root filesystem");
+    // The notices (what they hold: `notices.rs`): plain files anyone can read, in directories.
+    assert!(notices.contains_key("licenses/README"), "{notices:?}");
+    for (path, what) in &notices {
+        assert!(what == "dir" || what == "file 644", "{path}: {what}");
+    }
 
     let c = &config["config"];
     assert_eq!(c["Entrypoint"], serde_json::json!(["/csi-nodekit"]));
@@ -256,7 +268,25 @@ fn the_image_holds_only_the_binary_and_its_mode_links_and_every_name_answers_ver
     );
     let labels = &c["Labels"];
     assert_eq!(labels["org.opencontainers.image.version"], VERSION);
-    assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    // The licences of everything in it, not only ours: glibc's LGPL and libgcc's GPL with its
+    // runtime exception among them (the expression is the one the SBOM gives the image).
+    let licences = labels["org.opencontainers.image.licenses"]
+        .as_str()
+        .expect("a licences label");
+    for part in [
+        "Apache-2.0",
+        "LGPL-2.1-or-later",
+        "GPL-3.0-or-later WITH GCC-exception-3.1",
+        "ISC",
+        "BSD-3-Clause",
+        "Zlib",
+        "(Apache-2.0 OR MIT)",
+    ] {
+        assert!(
+            licences.split(" AND ").any(|p| p == part),
+            "{part} in the licences label: {licences}"
+        );
+    }
     assert_eq!(labels["org.opencontainers.image.title"], "csi-nodekit");
     assert!(
         labels["org.opencontainers.image.source"].is_string(),
