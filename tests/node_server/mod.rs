@@ -31,7 +31,7 @@ pub(crate) mod private_state;
 mod quota_modes;
 mod reservation;
 mod sanity;
-mod selinux_mounts;
+pub(crate) mod selinux_mounts;
 mod snapshot_crash;
 mod snapshot_errors;
 mod snapshot_fs;

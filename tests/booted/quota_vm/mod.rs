@@ -25,7 +25,7 @@ mod power_cut;
 mod reserve;
 mod served;
 mod through_grpc;
-mod vm;
+pub(super) mod vm;
 
 /// The environment variable that picks the role.
 const ROLE: &str = "CSI_NODEKIT_QUOTA_VM";

@@ -19,7 +19,7 @@ const VM_DEADLINE: Duration = Duration::from_secs(25 * 60);
 /// How long one case may take inside the VM.
 const CASE_DEADLINE: Duration = Duration::from_secs(240);
 
-const SETUP_HINT: &str = "`bash scripts/vm-kernel.sh` installs qemu-system-x86, busybox-static, \
+pub(in crate::booted) const SETUP_HINT: &str = "`bash scripts/vm-kernel.sh` installs qemu-system-x86, busybox-static, \
      kmod, udev, xfsprogs, e2fsprogs, virtme-ng and the pinned Debian kernel";
 
 /// Writes straight to stderr, past libtest's capture, so progress shows while the VM runs.
@@ -28,7 +28,7 @@ pub fn say(line: &str) {
 }
 
 /// Finds a tool on PATH or in the sbin directories (the guest's PATH has them).
-fn on_path(tool: &str) -> Option<PathBuf> {
+pub(in crate::booted) fn on_path(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
@@ -37,7 +37,7 @@ fn on_path(tool: &str) -> Option<PathBuf> {
 }
 
 /// The kernel image `scripts/vm-kernel.sh` unpacked.
-fn kernel_image() -> Result<PathBuf, String> {
+pub(in crate::booted) fn kernel_image() -> Result<PathBuf, String> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
