@@ -82,7 +82,9 @@ fn generation(p: &Paths, first: bool) -> (Proc, Proc) {
             .arg(format!("--endpoint={}", p.csi.display()))
             .arg(format!("--state-dir={}", p.state.display()))
             .arg(format!("--driver-name={DRIVER}"))
-            .arg("--node-id=bench"),
+            .arg("--node-id=bench")
+            // Directory volumes wherever the bench runs: sizes not meant to hold.
+            .arg("--quota=off"),
     );
     wait_for(
         &lines,

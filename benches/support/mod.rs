@@ -76,6 +76,8 @@ pub fn spawn_node_server(dir: &Path) -> Proc {
         format!("--endpoint={}", dir.join("csi.sock").display()),
         format!("--state-dir={}", dir.join("state").display()),
         "--node-id=bench".to_owned(),
+        // Directory volumes wherever the bench runs: sizes not meant to hold there.
+        "--quota=off".to_owned(),
     ])
 }
 

@@ -61,6 +61,9 @@ impl Child {
             format!("--driver-name={driver}"),
             format!("--node-id={node}"),
             "--capacity=1Gi".to_owned(),
+            // The demo's volume is a directory in a scratch directory of /tmp, removed at the
+            // end: its size is not meant to hold there.
+            "--quota=off".to_owned(),
         ]
         .into_iter()
         .chain(log_flags.iter().cloned())

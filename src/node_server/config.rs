@@ -82,7 +82,9 @@ impl Config {
             max_volumes_per_node: 0,
             capacity: None,
             overcommit: false,
-            quota: quota::Mode::Auto,
+            // The library's callers (tests, benchmarks) say what they mean; the binary's
+            // `--quota` defaults to auto.
+            quota: quota::Mode::Off,
             advertise_get_snapshot: false,
             advertise_snapshot_metadata: false,
             quota_checks: QuotaChecks::default(),

@@ -18,7 +18,8 @@ pub(crate) fn node_server_with_umask_000(socket: &Path, state: &Path) -> KillOnD
         .arg("node-server")
         .arg(format!("--endpoint=unix://{}", socket.display()))
         .arg(format!("--state-dir={}", state.display()))
-        .arg("--node-id=node-a");
+        .arg("--node-id=node-a")
+        .arg("--quota=off");
     // SAFETY: umask(2) is async-signal-safe and touches nothing but the child's mask.
     unsafe {
         command.pre_exec(|| {

@@ -1,5 +1,7 @@
 //! `--quota` on this machine, whose kernel cannot enforce project quotas on the state
-//! directory: the real binary with `auto` starts, says why once and in every volume's stats;
+//! directory: the real binary with `auto` starts, warns once with what to do, makes no new
+//! directory volume (its size would not hold; image volumes are made) and says why in the
+//! stats of one made before;
 //! `on` refuses to start with one line and exit 1; `off` says quotas are off and never looks.
 //! (Where quotas do hold, the quota VM test drives the same binary.)
 
@@ -10,11 +12,17 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::csi_node::*;
+use csi_nodekit::proto::csi::CreateVolumeRequest;
 
 /// The binary with `--quota=<mode>` on a state directory in `sandbox`, until it is up.
 async fn start(sandbox: &MountSandbox, mode: &str) -> (common::KillOnDrop, Csi) {
+    start_on(sandbox, mode, mode).await
+}
+
+/// [`start`] on the state directory named `state`.
+async fn start_on(sandbox: &MountSandbox, mode: &str, state: &str) -> (common::KillOnDrop, Csi) {
     let socket = sandbox.path().join(format!("{mode}.sock"));
-    let state = sandbox.path().join(mode);
+    let state = sandbox.path().join(state);
     let flag = format!("--quota={mode}");
     let child = common::spawn_node_server(&socket, &state, &["--node-id=n", &flag]);
     assert!(
@@ -52,13 +60,17 @@ async fn conditions(csi: &mut Csi, sandbox: &MountSandbox) -> Vec<String> {
     messages
 }
 
-#[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
+#[ignore = "needs root: real bind mounts, loop devices and ext4 in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quota_auto_where_quotas_cannot_hold_starts_and_warns_once_with_what_to_do_and_says_why_in_every_stats()
+async fn quota_auto_where_quotas_cannot_hold_warns_once_refuses_new_directory_volumes_and_says_why_in_every_stats()
  {
     let sandbox = MountSandbox::new();
-    let (child, mut csi) = start(&sandbox, "auto").await;
-    let messages = conditions(&mut csi, &sandbox).await;
+    // A directory volume made where unenforced sizes were meant (`off`), then served by `auto`.
+    let (mut child, mut csi) = start_on(&sandbox, "off", "auto").await;
+    let old = create(&mut csi, "pvc-old", 1 << 20).await;
+    common::send_signal(&child.0, nix::sys::signal::Signal::SIGTERM);
+    common::wait_exit(&mut child.0, Duration::from_secs(10));
+    let (child, mut csi) = start_on(&sandbox, "auto", "auto").await;
     let logs = child.stderr();
     let said: Vec<&str> = logs
         .lines()
@@ -67,8 +79,9 @@ async fn quota_auto_where_quotas_cannot_hold_starts_and_warns_once_with_what_to_
     assert_eq!(said.len(), 1, "said once at start-up:\n{logs}");
     // Never silent: a warning, with what to do about it.
     assert!(said[0].starts_with('W'), "not a warning: {}", said[0]);
-    for advice in ["layout: image", "prjquota", "--quota=off"] {
-        assert!(said[0].contains(advice), "{advice}: {}", said[0]);
+    let advice = ["layout: image", "prjquota", "--quota=off"];
+    for word in advice {
+        assert!(said[0].contains(word), "{word}: {}", said[0]);
     }
     let line = said[0].split("] ").nth(1).expect("a klog line");
     let reason = line.split(": a directory volume").next().unwrap();
@@ -76,11 +89,55 @@ async fn quota_auto_where_quotas_cannot_hold_starts_and_warns_once_with_what_to_
         reason.contains(&*sandbox.path().to_string_lossy()),
         "{reason}"
     );
-    for message in messages {
-        assert!(message.starts_with("volume is mounted; "), "{message}");
-        assert!(message.contains(reason), "{message} lacks {reason}");
-        assert!(message.contains("shared filesystem"), "{message}");
+
+    // No new directory volume: its size would not hold.
+    let refused = csi
+        .controller
+        .create_volume(create_request("pvc-new", 1 << 20))
+        .await;
+    let refused = refused.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    for word in advice.iter().chain([&reason]) {
+        assert!(
+            refused.message().contains(word),
+            "{word}: {}",
+            refused.message()
+        );
     }
+    // An image volume holds its size by construction.
+    let image = CreateVolumeRequest {
+        parameters: [("layout".into(), "image".into())].into(),
+        ..create_request("pvc-image", 16 << 20)
+    };
+    csi.controller
+        .create_volume(image)
+        .await
+        .expect("an image volume");
+
+    // The volume made before says why its size does not hold, in its stats.
+    let staging = sandbox.path().join("staging-old");
+    csi.node
+        .node_stage_volume(stage_request(&old, &staging))
+        .await
+        .unwrap();
+    let stats = csi
+        .node
+        .node_get_volume_stats(stats_request(&old, &staging.display().to_string()))
+        .await
+        .unwrap()
+        .into_inner();
+    let message = stats.volume_condition.unwrap().message;
+    assert!(message.starts_with("volume is mounted; "), "{message}");
+    assert!(message.contains(reason), "{message} lacks {reason}");
+    assert!(message.contains("shared filesystem"), "{message}");
+    csi.node
+        .node_unstage_volume(unstage_request(&old, &staging))
+        .await
+        .unwrap();
 }
 
 #[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]

@@ -57,10 +57,14 @@ fn status(error: ControllerError) -> Status {
         // Recorded, and not written to a pod's cgroup: the CO retries the call.
         E::IoLimits(_) => Code::Internal,
         // DeleteVolume of a volume that is still mounted; an expansion whose limit would
-        // stay where it is (sizes not enforced now).
-        E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. }) => {
-            Code::FailedPrecondition
-        }
+        // stay where it is (sizes not enforced now); a directory volume where its size would
+        // not hold (`--quota=auto` on a filesystem without project quotas).
+        E::Volume(
+            V::InUse { .. }
+            | V::Ephemeral { .. }
+            | V::LimitKept { .. }
+            | V::SizeWouldNotHold { .. },
+        ) => Code::FailedPrecondition,
         // "Operation pending for volume" (or for the source: it is being deleted or copied).
         E::Volume(V::Busy(_)) | E::SourceBusy(_) => Code::Aborted,
         // "Unable to provision in `accessible_topology`" / out of capacity (or of project

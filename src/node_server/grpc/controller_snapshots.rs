@@ -52,6 +52,7 @@ pub fn status(error: SnapshotError) -> Status {
             | V::Undeletable { .. }
             | V::Quota(_)
             | V::LimitKept { .. }
+            | V::SizeWouldNotHold { .. }
             | V::Freeze { .. },
         )
         | E::Copy { .. }

@@ -81,7 +81,12 @@ fn status(error: NodeError) -> Status {
         E::IoLimits(_) => Code::Internal,
         E::MissingParent { .. }
         | E::StagedElsewhere { .. }
-        | E::Volume(V::InUse { .. } | V::Ephemeral { .. } | V::LimitKept { .. })
+        | E::Volume(
+            V::InUse { .. }
+            | V::Ephemeral { .. }
+            | V::LimitKept { .. }
+            | V::SizeWouldNotHold { .. },
+        )
         | E::Bind(
             P::Symlink { .. }
             | P::Resolve {

@@ -81,7 +81,7 @@ pub fn node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees
     };
     q.assign(&admin, FIRST, admin_limits)
         .expect("admin project");
-    let mut served = Served::start(&fs, "state", &[]);
+    let mut served = Served::start(&fs, "state", &["--quota=auto"]);
     let rt = runtime();
     let pod = served.pod("a");
     let a = rt.block_on(async {
@@ -140,7 +140,7 @@ pub fn node_server_finds_its_project_ids_after_a_restart_avoids_others_and_frees
 pub fn an_ephemeral_inline_volume_with_a_size_is_held_to_it(kind: FsKind) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
-    let served = Served::start(&fs, "state", &[]);
+    let served = Served::start(&fs, "state", &["--quota=auto"]);
     let pod = served.pod("inline");
     let id = "csi-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     runtime().block_on(async {
@@ -193,13 +193,31 @@ pub fn node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_wh
     );
     println!("--quota=on refuses: {stderr}");
 
-    let served = Served::start(&fs, "auto", &[]);
+    let served = Served::start(&fs, "auto", &["--quota=auto"]);
     let logs = served.logs();
     assert_eq!(
         logs.matches("accounted, not enforced").count(),
         1,
         "said once: {logs}"
     );
+    runtime().block_on(async {
+        let mut csi = served.client().await;
+        // Under auto no directory volume is made whose size would not hold.
+        let request = crate::common::csi_node::create_request("pvc-a", (4 * MIB) as i64);
+        let refused = csi.controller.create_volume(request).await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::FailedPrecondition,
+            "{refused:?}"
+        );
+        assert!(
+            refused.message().contains("--quota=off"),
+            "{}",
+            refused.message()
+        );
+    });
+    // With --quota=off such sizes are meant: accounted only.
+    let served = Served::start(&fs, "off", &["--quota=off"]);
     runtime().block_on(async {
         let mut csi = served.client().await;
         let pod = served.pod("a");
@@ -211,7 +229,7 @@ pub fn node_server_on_an_unprepared_filesystem_refuses_quota_on_and_auto_says_wh
         let (bytes, _, message) = stats(&mut csi, &id, &pod.target).await;
         assert!(bytes.total as u64 > 4 * MIB, "the filesystem's figures");
         assert!(
-            message.contains("shared filesystem") && message.contains("prjquota"),
+            message.contains("shared filesystem") && message.contains("--quota=off"),
             "{message}"
         );
         remove(&mut csi, &id, &pod).await;

@@ -52,8 +52,10 @@ pub enum VolumeQuotas {
         ids: Mutex<ProjectIds>,
     },
     /// Sizes are accounted, not enforced; `reason` is said at start-up and in every stats
-    /// condition.
-    AccountOnly { reason: String },
+    /// condition. `refuse_new`: `--quota=auto` found a filesystem that cannot enforce sizes,
+    /// so no new directory volume is made (its size would silently not hold); `--quota=off`
+    /// says unenforced sizes are meant.
+    AccountOnly { reason: String, refuse_new: bool },
 }
 
 /// What became of a deleted volume's project.
@@ -76,6 +78,14 @@ pub const SETTLE: Duration = Duration::from_secs(5);
 /// The byte limit a deleted volume's project keeps while files elsewhere are still charged
 /// to it: one block (0 would mean no limit).
 pub const LEFTOVER_BYTES: u64 = 4096;
+
+/// What to do where sizes cannot be enforced, for the start-up warning and every refusal.
+fn unenforced_advice() -> &'static str {
+    "a directory volume (layout: directory) could outgrow its size and fill this filesystem, so \
+     none is made; image volumes (layout: image) hold their size anyway. To hold directory \
+     volumes to their size give the state directory XFS mounted with prjquota or ext4 with the \
+     project feature and prjquota; to accept sizes that do not hold, pass --quota=off"
+}
 
 /// How one volume's size holds, for its stats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,18 +118,13 @@ impl VolumeQuotas {
             (Decision::Refuse { reason }, _) => Err(QuotaRefused(reason)),
             (decision, _) => {
                 let reason = decision.reason().unwrap_or_default().to_owned();
-                match mode {
-                    Mode::Off => log::info!("{reason}"),
-                    // Never silent: a directory volume here can fill the node's disk.
-                    _ => log::warn!(
-                        "{reason}: a directory volume (layout: directory) can outgrow its size \
-                         and fill this filesystem; image volumes (layout: image) hold their \
-                         size anyway. To enforce directory volumes' sizes give the state \
-                         directory XFS mounted with prjquota or ext4 with the project feature \
-                         and prjquota; to say unenforced sizes are meant, pass --quota=off"
-                    ),
+                let refuse_new = mode != Mode::Off;
+                match refuse_new {
+                    false => log::info!("{reason}"),
+                    // Never silent: a directory volume here could fill the node's disk.
+                    true => log::warn!("{reason}: {}", unenforced_advice()),
                 }
-                Ok(Self::AccountOnly { reason })
+                Ok(Self::AccountOnly { reason, refuse_new })
             }
         }
     }
@@ -146,6 +151,7 @@ impl VolumeQuotas {
         let decision = quota::decide(Mode::Off, || unreachable!("off never probes"));
         Self::AccountOnly {
             reason: decision.reason().unwrap_or_default().to_owned(),
+            refuse_new: false,
         }
     }
 
@@ -153,7 +159,7 @@ impl VolumeQuotas {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Self::Enforcing { .. } => None,
-            Self::AccountOnly { reason } => Some(reason),
+            Self::AccountOnly { reason, .. } => Some(reason),
         }
     }
 
@@ -193,6 +199,18 @@ impl VolumeQuotas {
             .in_order(ids.order());
     }
 
+    /// Whether a new directory volume may be made: not where `--quota=auto` found that its
+    /// size could not hold (the one line says why and what to do).
+    pub fn check_new_directory(&self) -> Result<(), String> {
+        match self {
+            Self::AccountOnly {
+                reason,
+                refuse_new: true,
+            } => Err(format!("{reason}: {}", unenforced_advice())),
+            _ => Ok(()),
+        }
+    }
+
     /// A project ID for a new volume, when sizes are enforced.
     pub fn allocate(&self) -> Result<Option<u32>, QuotaError> {
         match self {
@@ -214,7 +232,7 @@ impl VolumeQuotas {
     /// the filesystem), keeps its old limit in the filesystem, so a new size would be a lie.
     pub fn check_changeable(&self, record: &Record) -> Result<(), LimitKept> {
         match (self, record.project_id) {
-            (Self::AccountOnly { reason }, Some(project_id)) => Err(LimitKept {
+            (Self::AccountOnly { reason, .. }, Some(project_id)) => Err(LimitKept {
                 id: record.id.clone(),
                 project_id,
                 reason: reason.clone(),
@@ -313,10 +331,10 @@ impl VolumeQuotas {
     /// How a volume's size holds: its project's usage and limit, or why it is not enforced.
     pub fn hold(&self, record: &Record) -> Result<Hold, QuotaError> {
         let (fs, id) = match (self, record.project_id) {
-            (Self::AccountOnly { reason }, None) => return Ok(Hold::Accounted(reason.clone())),
+            (Self::AccountOnly { reason, .. }, None) => return Ok(Hold::Accounted(reason.clone())),
             // Its limit stays in the filesystem (as with --quota=off on a prepared one), but
             // is neither read nor kept up to date now.
-            (Self::AccountOnly { reason }, Some(id)) => {
+            (Self::AccountOnly { reason, .. }, Some(id)) => {
                 return Ok(Hold::Accounted(format!(
                     "{reason}; its project quota {id}, set while sizes were enforced, may \
                      still limit it"

@@ -78,6 +78,10 @@ impl VolumeStorage for QuotaDirectories {
     fn prepare(&self, record: &mut Record) -> Result<(), VolumeError> {
         // A block or image volume's file cannot outgrow its size: it needs no project.
         if !record.has_own_file() {
+            (self.quotas.check_new_directory()).map_err(|why| VolumeError::SizeWouldNotHold {
+                id: record.id.clone(),
+                why,
+            })?;
             record.project_id = self.quotas.allocate()?;
         }
         let dir = self.dir(&record.id);

@@ -59,4 +59,7 @@ pub enum VolumeError {
     Quota(#[from] QuotaError),
     #[error(transparent)]
     LimitKept(#[from] LimitKept),
+    /// A directory volume asked for where `--quota=auto` found that sizes cannot hold.
+    #[error("volume {id} is not made: {why}")]
+    SizeWouldNotHold { id: String, why: String },
 }
