@@ -33,31 +33,36 @@ async fn start_on(sandbox: &MountSandbox, mode: &str, state: &str) -> (common::K
     (child, connect(&socket).await)
 }
 
-/// The stats condition of two staged volumes.
+/// The stats condition of two new staged volumes.
 async fn conditions(csi: &mut Csi, sandbox: &MountSandbox) -> Vec<String> {
     let mut messages = Vec::new();
     for name in ["pvc-a", "pvc-b"] {
         let id = create(csi, name, 1 << 20).await;
-        let staging = sandbox.path().join(format!("staging-{name}"));
-        csi.node
-            .node_stage_volume(stage_request(&id, &staging))
-            .await
-            .unwrap();
-        let stats = csi
-            .node
-            .node_get_volume_stats(stats_request(&id, &staging.display().to_string()))
-            .await
-            .unwrap()
-            .into_inner();
-        let condition = stats.volume_condition.unwrap();
-        assert!(!condition.abnormal, "{condition:?}");
-        messages.push(condition.message);
-        csi.node
-            .node_unstage_volume(unstage_request(&id, &staging))
-            .await
-            .unwrap();
+        messages.push(condition(csi, sandbox, &id).await);
     }
     messages
+}
+
+/// The stats condition of volume `id`, staged for the call (it must be normal).
+async fn condition(csi: &mut Csi, sandbox: &MountSandbox, id: &str) -> String {
+    let staging = sandbox.path().join(format!("staging-{id}"));
+    csi.node
+        .node_stage_volume(stage_request(id, &staging))
+        .await
+        .unwrap();
+    let stats = csi
+        .node
+        .node_get_volume_stats(stats_request(id, &staging.display().to_string()))
+        .await
+        .unwrap()
+        .into_inner();
+    let condition = stats.volume_condition.unwrap();
+    assert!(!condition.abnormal, "{condition:?}");
+    csi.node
+        .node_unstage_volume(unstage_request(id, &staging))
+        .await
+        .unwrap();
+    condition.message
 }
 
 #[ignore = "needs root: real bind mounts, loop devices and ext4 in a private mount namespace (the README's test command)"]
@@ -119,25 +124,10 @@ async fn quota_auto_where_quotas_cannot_hold_warns_once_refuses_new_directory_vo
         .expect("an image volume");
 
     // The volume made before says why its size does not hold, in its stats.
-    let staging = sandbox.path().join("staging-old");
-    csi.node
-        .node_stage_volume(stage_request(&old, &staging))
-        .await
-        .unwrap();
-    let stats = csi
-        .node
-        .node_get_volume_stats(stats_request(&old, &staging.display().to_string()))
-        .await
-        .unwrap()
-        .into_inner();
-    let message = stats.volume_condition.unwrap().message;
+    let message = condition(&mut csi, &sandbox, &old).await;
     assert!(message.starts_with("volume is mounted; "), "{message}");
     assert!(message.contains(reason), "{message} lacks {reason}");
     assert!(message.contains("shared filesystem"), "{message}");
-    csi.node
-        .node_unstage_volume(unstage_request(&old, &staging))
-        .await
-        .unwrap();
 }
 
 #[ignore = "needs root: real bind mounts in a private mount namespace (the README's test command)"]
