@@ -19,6 +19,8 @@
 //!   data, what differs between two (extents shared by reflink are never read), as extents or
 //!   fixed blocks, in batches.
 //! - [`metrics_endpoint`] — `--http-endpoint`'s `/metrics`: the quota patrol's counters.
+//! - [`resizer_only`] — `--resizer-only`: the capabilities a cluster-wide external-resizer
+//!   needs to leave expansion to the volume's node, and nothing else.
 //! - [`state`] — what it keeps under `--state-dir`: the directory as one value (`state_dir`),
 //!   volume, snapshot and group records (atomic writes), the volumes' records, claims,
 //!   capacity and storage, the mutable attributes, what volumes get from project quotas,
@@ -34,6 +36,7 @@ mod grace;
 pub mod grpc;
 mod in_flight;
 pub mod metrics_endpoint;
+pub mod resizer_only;
 pub mod server;
 pub mod settings;
 pub mod state;
@@ -54,6 +57,9 @@ use driver::QuotaPatrol;
 
 /// The mode's entry from the command line.
 pub fn main(args: Args) -> Result<(), BoxError> {
+    if args.resizer_only {
+        return resizer_only::main(args);
+    }
     run(Settings::from_args(args)?)
 }
 

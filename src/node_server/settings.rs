@@ -92,6 +92,13 @@ crate::mode_args! {
         /// empty means no server
         #[argh(option, default = "OrEmpty::default()")]
         pub http_endpoint: OrEmpty<HttpEndpoint>,
+        /// serve at --endpoint only what a cluster-wide external-resizer needs to leave each
+        /// expansion to the volume's own node (Identity and the Controller and Node
+        /// capabilities), for a Deployment beside csi-resizer; no state directory, no
+        /// privileges; flags other than --endpoint, --driver-name, --socket-mode and
+        /// --socket-group are not used
+        #[argh(switch)]
+        pub resizer_only: bool,
     }
 }
 

@@ -126,4 +126,8 @@ pub enum NodeError {
     NoResizeCapability { id: String, from: u64, to: u64 },
     #[error(transparent)]
     IoLimits(#[from] super::IoLimitError),
+    /// NodeExpandVolume growing a volume itself (the node-only path): what
+    /// ControllerExpandVolume would have failed with, with that call's codes.
+    #[error(transparent)]
+    Grow(#[from] super::ControllerError),
 }

@@ -371,13 +371,27 @@ impl Driver {
         })
     }
 
-    /// NodeExpandVolume: a directory has no filesystem to grow, so the size is the one
-    /// ControllerExpandVolume already accounted; its limit is (re)applied at once. A block
-    /// volume's devices are told the size its file grew to; an image volume's too, and its
-    /// filesystem, mounted at `volume_path`, grows to it.
-    pub fn expand_on_node(&self, id: &str, volume_path: &str) -> Result<u64, NodeError> {
-        let record = self.volumes.records().known(id)?;
+    /// NodeExpandVolume: grows the volume to `required` bytes, within `limit` (0: none), when
+    /// no ControllerExpandVolume did first — the external-resizer's node-only path, whose
+    /// "trivial resizer" only records the size asked in the PV — exactly as that call would
+    /// (the record, and a block or image volume's file); then the node's part. A directory has
+    /// no filesystem to grow, so its limit is (re)applied at once; a block volume's devices
+    /// are told the size its file grew to; an image volume's too, and its filesystem, mounted
+    /// at `volume_path`, grows to it. A request without a range grows to the recorded size.
+    pub fn expand_on_node(
+        &self,
+        id: &str,
+        volume_path: &str,
+        required: u64,
+        limit: u64,
+    ) -> Result<u64, NodeError> {
+        let mut record = self.volumes.records().known(id)?;
         let path = existing_path(volume_path)?;
+        let outside = required > record.capacity || (limit > 0 && record.capacity > limit);
+        if outside {
+            self.expand(id, required, limit, "NodeExpandVolume")?;
+            record = self.volumes.records().known(id)?;
+        }
         if record.is_image() {
             return self.expand_image_on_node(&record, &path);
         }

@@ -145,16 +145,15 @@ impl Driver {
     /// ControllerExpandVolume: grows the accounted size to `required`, never shrinks (a block
     /// volume's file with it, in whole sectors; an image volume's, allocated, in whole
     /// blocks). Also says whether the node must expand too (their devices and filesystems).
+    /// `call` names the call growing it (NodeExpandVolume does too, on the node-only path).
     pub fn expand(
         &self,
         id: &str,
         required: u64,
         limit: u64,
+        call: &'static str,
     ) -> Result<(u64, bool), ControllerError> {
-        let record = self
-            .volumes
-            .records()
-            .provisioned(id, "ControllerExpandVolume")?;
+        let record = self.volumes.records().provisioned(id, call)?;
         if record.is_image() {
             let required = image_size(required, limit)?;
             let capacity = self.expand_accounted(&record, required, limit)?;

@@ -37,8 +37,13 @@ pub struct ControllerService(pub(in crate::node_server) Arc<Driver>);
 /// requests are refused earlier, by `validate`, with INVALID_ARGUMENT; snapshot calls have
 /// their own table, `controller_snapshots::status`.)
 fn status(error: ControllerError) -> Status {
+    Status::new(code(&error), error.to_string())
+}
+
+/// The gRPC code of a failed Controller operation (NodeExpandVolume's growth too).
+pub(super) fn code(error: &ControllerError) -> Code {
     use ControllerError as E;
-    let code = match &error {
+    match error {
         // "Source does not exist" too.
         E::Volume(V::NotFound { .. }) | E::SourceNotFound { .. } => Code::NotFound,
         // "Volume already exists but is incompatible" (size, content source or attributes).
@@ -92,8 +97,7 @@ fn status(error: ControllerError) -> Status {
         | E::Loop(_)
         | E::Privilege(_)
         | E::Copy(_) => Code::Internal,
-    };
-    Status::new(code, error.to_string())
+    }
 }
 
 fn rpc(kind: controller_service_capability::rpc::Type) -> ControllerServiceCapability {
@@ -358,7 +362,7 @@ impl Controller for ControllerService {
         }
         log::trace!("ControllerExpandVolume volume={id} required={required} limit={limit}");
         let key = id.clone();
-        let work = move |d: &Driver| d.expand(&id, required, limit);
+        let work = move |d: &Driver| d.expand(&id, required, limit, "ControllerExpandVolume");
         let (capacity, on_node) = self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),

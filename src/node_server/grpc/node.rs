@@ -107,6 +107,9 @@ fn status(error: NodeError) -> Status {
             V::NoSpace { .. } | V::NoInodes { .. } | V::Quota(QuotaError::Exhausted { .. }),
         ) => Code::ResourceExhausted,
         E::Volume(V::NoRoomToGrow { .. }) => Code::OutOfRange,
+        // Grown here on the node-only path: ControllerExpandVolume's codes, which the spec
+        // gives NodeExpandVolume too (OUT_OF_RANGE for a size it cannot have).
+        E::Grow(e) => super::controller::code(e),
         E::Volume(
             V::Unlocatable(_) | V::Io(_) | V::Undeletable { .. } | V::Quota(_) | V::Freeze { .. },
         )
@@ -374,10 +377,10 @@ impl Node for NodeService {
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
         validate::required(Field::VolumePath.wire_name(), &req.volume_path)?;
-        validate::capacity_range(req.capacity_range.as_ref())?;
-        log::trace!("NodeExpandVolume volume={id}");
+        let (required, limit) = validate::capacity_range(req.capacity_range.as_ref())?;
+        log::trace!("NodeExpandVolume volume={id} required={required} limit={limit}");
         let key = id.clone();
-        let work = move |d: &Driver| d.expand_on_node(&id, &req.volume_path);
+        let work = move |d: &Driver| d.expand_on_node(&id, &req.volume_path, required, limit);
         let capacity = self.0.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),

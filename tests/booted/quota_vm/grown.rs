@@ -80,8 +80,9 @@ pub fn an_image_volumes_ext4_grows_online_from_the_template_and_checks_clean(kin
 
 /// Through the real node-server: a 32 MiB image volume (the template's 16 MiB ext4 in a thick
 /// 32 MiB file) grown to its size at NodeStageVolume, writes held to that size by the
-/// filesystem itself; expanded online when full, and again while unstaged (grown at its next
-/// stage); clean by `e2fsck -fn` after each unstage.
+/// filesystem itself; expanded online when full, again while unstaged (grown at its next
+/// stage), and by NodeExpandVolume alone (the node-only path); clean by `e2fsck -fn` after
+/// each unstage.
 pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(kind: FsKind) {
     use super::served::{Served, runtime, stats};
     use crate::common::csi_node::{create_request, delete_request};
@@ -172,6 +173,35 @@ pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(
             restaged.total as u64 > 57 * MIB,
             "grown at the stage: {restaged:?}"
         );
+        // The node-only path (the external-resizer's trivial resizer records the size in the
+        // PV, no ControllerExpandVolume): NodeExpandVolume alone grows the record, the file,
+        // the device and the filesystem, online, to the size it asks.
+        let node_only = Instant::now();
+        let request = csi_nodekit::proto::csi::NodeExpandVolumeRequest {
+            volume_id: id.clone(),
+            volume_path: pod.target.display().to_string(),
+            capacity_range: Some(csi_nodekit::proto::csi::CapacityRange {
+                required_bytes: (80 * MIB) as i64,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        };
+        let answer = csi.node.node_expand_volume(request).await;
+        let answer = answer.expect("node-only expansion").into_inner();
+        let node_only_took = node_only.elapsed();
+        assert_eq!(answer.capacity_bytes, (80 * MIB) as i64);
+        let (node_grown, _, _) = stats(&mut csi, &id, &pod.target).await;
+        assert!(
+            node_grown.total as u64 > 73 * MIB,
+            "grown online by NodeExpandVolume alone: {node_grown:?}"
+        );
+        let listed = csi.list().await;
+        let recorded = listed.iter().find(|v| v.volume_id == id).expect("listed");
+        assert_eq!(recorded.capacity_bytes, (80 * MIB) as i64, "the record too");
+        assert!(
+            std::fs::metadata(&image).unwrap().blocks() * 512 >= 80 * MIB,
+            "the file grown thick"
+        );
         csi.unpublish_and_unstage(&id, &pod.target, &pod.staging)
             .await;
         let (code, text) = fsck(&image);
@@ -183,8 +213,9 @@ pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(
                  stage and publish {} ms (its ext4 grown from 16 MiB), {} bytes usable, {} \
                  inodes; full, then expanded online to 48 MiB in {} ms (Controller and Node \
                  ExpandVolume), {} bytes usable, a writer stopped by ENOSPC after {} MiB in \
-                 all; expanded unstaged to 64 MiB and grown at its stage ({} bytes); \
-                 e2fsck -fn clean after each",
+                 all; expanded unstaged to 64 MiB and grown at its stage ({} bytes); to \
+                 80 MiB by NodeExpandVolume alone (the node-only path) in {} ms, {} bytes \
+                 usable; e2fsck -fn clean after each",
                 create_took.as_millis(),
                 stage_took.as_millis(),
                 bytes.total,
@@ -192,7 +223,9 @@ pub fn node_server_stages_an_image_volume_growing_its_ext4_to_the_size_it_holds(
                 expand_took.as_millis(),
                 grown.total,
                 written / MIB,
-                restaged.total
+                restaged.total,
+                node_only_took.as_millis(),
+                node_grown.total
             ),
         );
         csi.controller
