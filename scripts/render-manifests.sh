@@ -222,7 +222,7 @@ up=../..
     [ -z "$ca_base64" ] || echo "  - path: snapshot-metadata-ca.yaml"
   fi
 } >"$work/kustomization.yaml"
-# Our three containers' pull policy for the image given (as shipped: Always, for the version's
+# Our four containers' pull policy for the image given (as shipped: Always, for the version's
 # movable tag).
 [ -z "$image" ] || {
   echo "apiVersion: apps/v1"
@@ -235,6 +235,15 @@ up=../..
   for container in node-server registrar liveness-probe; do
     echo "        - {name: $container, imagePullPolicy: $policy}"
   done
+  echo "---"
+  echo "apiVersion: apps/v1"
+  echo "kind: Deployment"
+  echo "metadata: {name: csi-nodekit-resizer, namespace: csi-nodekit}"
+  echo "spec:"
+  echo "  template:"
+  echo "    spec:"
+  echo "      containers:"
+  echo "        - {name: resizer-endpoint, imagePullPolicy: $policy}"
 } >"$work/policy.yaml"
 [ -z "$root" ] || kubelet_root_patch "$root" >"$work/kubelet-root.yaml"
 [ -z "$ca_base64" ] || {

@@ -571,8 +571,8 @@ fn each_build_gets_a_tag_naming_its_digest_and_manifests_that_pull_it_only_if_no
         .collect();
     assert_eq!(
         images,
-        [tag.as_str(); 3],
-        "node-server, registrar, liveness-probe"
+        [tag.as_str(); 4],
+        "node-server, registrar, liveness-probe, the resizer's endpoint"
     );
     let lines: Vec<&str> = rendered.lines().collect();
     for (i, line) in lines.iter().enumerate() {

@@ -182,8 +182,9 @@ fn our_image_is_pulled_if_not_present_only_under_a_tag_or_digest_that_names_one_
         args.extend(flag.as_deref());
         let out = rendered(&args);
         let found = ours(&documents_in(out.path()), name);
-        // node-server, registrar, liveness-probe, the doctor pod, the drop-in's two.
-        assert_eq!(found.len(), 6, "{args:?}: {found:?}");
+        // node-server, registrar, liveness-probe, the resizer's endpoint, the doctor pod, the
+        // drop-in's two.
+        assert_eq!(found.len(), 7, "{args:?}: {found:?}");
         for (file, used, pulled) in found {
             assert_eq!(used, image, "{args:?} {file:?}");
             assert_eq!(pulled, policy, "{args:?} {file:?}: image {used}");
@@ -192,7 +193,7 @@ fn our_image_is_pulled_if_not_present_only_under_a_tag_or_digest_that_names_one_
     // The shipped files follow the rule too: the version's tag moves with every rebuild.
     let shipped = documents_in(&super::manifests::manifest_dir());
     let found = ours(&shipped, IMAGE.trim_end_matches(':'));
-    assert!(found.len() >= 6, "{found:?}");
+    assert!(found.len() >= 7, "{found:?}");
     for (file, _, pulled) in found {
         assert_eq!(pulled, "Always", "{file:?}");
     }

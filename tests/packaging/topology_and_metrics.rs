@@ -141,4 +141,37 @@ fn every_metrics_endpoint_of_the_node_plugin_is_served_declared_and_in_the_metri
         "--http-endpoint=:{}",
         annotations["prometheus.io/port"].as_str().unwrap()
     )));
+
+    // The resizer's pod: its own Service and annotation, for csi-resizer's port.
+    let resizer = docs
+        .iter()
+        .map(|(_, d)| d)
+        .find(|d| kind(d) == "Deployment" && d["metadata"]["name"] == "csi-nodekit-resizer")
+        .expect("the resizer's Deployment");
+    let (_, service) = (docs.iter())
+        .find(|(_, d)| {
+            kind(d) == "Service" && d["metadata"]["name"] == "csi-nodekit-resizer-metrics"
+        })
+        .expect("the resizer's metrics Service (components/metrics)");
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    let labels = &resizer["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&labels[key], value, "the Service selects the resizer's pod");
+    }
+    let args = strings(&container(resizer, "csi-resizer")["args"]);
+    let port = (args.iter())
+        .find_map(|a| a.strip_prefix("--http-endpoint=:"))
+        .expect("csi-resizer serves /metrics");
+    let declared = container(resizer, "csi-resizer")["ports"][0]["containerPort"].as_i64();
+    assert_eq!(declared.map(|p| p.to_string()).as_deref(), Some(port));
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"]
+            .as_i64()
+            .map(|p| p.to_string())
+            .as_deref(),
+        Some(port)
+    );
+    let annotations = &resizer["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], port);
 }

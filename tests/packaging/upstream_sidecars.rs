@@ -323,7 +323,88 @@ const SNAPSHOT_METADATA_CLIENT: &[(&str, &str, &[&str])] = &[
     ("", "serviceaccounts/token", &["create", "get"]),
 ];
 
-const RELEASES: &[&Release] = &[&PROVISIONER, &SNAPSHOTTER, &SNAPSHOT_METADATA];
+/// external-resizer, pinned v2.3.0 (CHANGELOG/CHANGELOG-2.3.md, which adds --resize-timeout and
+/// --modify-timeout and removes the RecoverVolumeExpansionFailure gate). Flags from
+/// cmd/csi-resizer/main.go (@03ee07c287ef3b03a555ef1a9ee19a47008d3f7b, component-base logging)
+/// plus those two; gates from pkg/features/features.go
+/// (@07522c1694731994d6816fe847701dcdb9a7b85a) less the removed one. Rules from
+/// deploy/kubernetes/rbac.yaml (@3e019e6338dc794bc1122bd75d9dab765d210a3a) and, not in that
+/// copy, the VolumeAttributesClass reads of its modify controller (its lister of the classes,
+/// pkg/modifycontroller/modify_volume.go @00ef2b5c82cfc6f90f4a00b73f2ef6870337b981).
+const RESIZER: Release = Release {
+    image: "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
+    logging: LOGGING,
+    flags: &[
+        "master",
+        "kubeconfig",
+        "resync-period",
+        "workers",
+        "extra-modify-metadata",
+        "csi-address",
+        "timeout",
+        "resize-timeout",
+        "modify-timeout",
+        "version",
+        "retry-interval-start",
+        "retry-interval-max",
+        "leader-election",
+        "leader-election-namespace",
+        "leader-election-lease-duration",
+        "leader-election-renew-deadline",
+        "leader-election-retry-period",
+        "metrics-address",
+        "http-endpoint",
+        "metrics-path",
+        "kube-api-qps",
+        "kube-api-burst",
+        "handle-volume-inuse-error",
+        "feature-gates",
+    ],
+    gates: &["AnnotateFsResize", "VolumeAttributesClass"],
+    rules: &[
+        ("", "persistentvolumes", &["get", "list", "watch", "patch"]),
+        ("", "persistentvolumeclaims", &["get", "list", "watch"]),
+        ("", "pods", &["get", "list", "watch"]),
+        ("", "persistentvolumeclaims/status", &["patch"]),
+        (
+            "",
+            "events",
+            &["list", "watch", "create", "update", "patch"],
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            &["get", "watch", "list", "delete", "update", "create"],
+        ),
+        (
+            "storage.k8s.io",
+            "volumeattributesclasses",
+            &["get", "list", "watch"],
+        ),
+    ],
+};
+
+const RELEASES: &[&Release] = &[&PROVISIONER, &SNAPSHOTTER, &SNAPSHOT_METADATA, &RESIZER];
+
+/// The accounts our workloads run as: the node plugin's and the resizer's.
+const ACCOUNTS: &[&str] = &["csi-nodekit", "csi-nodekit-resizer"];
+
+/// The containers of every workload of ours (the node plugin's DaemonSet, the resizer's
+/// Deployment; not the drop-in example's upstream containers).
+fn every_container(docs: &[(PathBuf, Value)]) -> Vec<Value> {
+    let workloads = docs.iter().filter(|(file, d)| {
+        file.ends_with("csi-nodekit.yaml") && ["DaemonSet", "Deployment"].contains(&kind(d))
+    });
+    workloads
+        .flat_map(|(_, d)| {
+            super::manifests::pod_spec(d).unwrap()["containers"]
+                .clone()
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
 
 fn complete() -> Vec<(PathBuf, Value)> {
     let out = rendered(&[EVERY_COMPONENT]);
@@ -338,12 +419,8 @@ fn release_of(image: &str) -> Option<&'static Release> {
 #[test]
 fn every_upstream_sidecar_runs_its_pinned_release_with_flags_and_gates_that_release_registers() {
     let docs = complete();
-    let daemonset = our_daemonset(&docs);
     let mut seen = BTreeSet::new();
-    for c in super::manifests::pod_spec(daemonset).unwrap()["containers"]
-        .as_array()
-        .unwrap()
-    {
+    for c in &every_container(&docs) {
         let image = c["image"].as_str().unwrap();
         if image.contains("csi-nodekit") {
             continue;
@@ -409,9 +486,9 @@ fn set_of(rules: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)>
         .collect()
 }
 
-/// The (kind, name) of every role some binding among `docs` grants the node plugin's
-/// ServiceAccount (csi-nodekit in csi-nodekit).
-fn roles_of_the_node_plugin(docs: &[(PathBuf, Value)]) -> BTreeSet<(String, String)> {
+/// The (kind, name) of every role some binding among `docs` grants one of our workloads'
+/// ServiceAccounts ([`ACCOUNTS`] in csi-nodekit).
+fn roles_of_our_workloads(docs: &[(PathBuf, Value)]) -> BTreeSet<(String, String)> {
     let mut roles = BTreeSet::new();
     for (_, doc) in docs {
         if !["ClusterRoleBinding", "RoleBinding"].contains(&kind(doc)) {
@@ -419,7 +496,7 @@ fn roles_of_the_node_plugin(docs: &[(PathBuf, Value)]) -> BTreeSet<(String, Stri
         }
         let ours = doc["subjects"].as_array().into_iter().flatten().any(|s| {
             s["kind"] == "ServiceAccount"
-                && s["name"] == "csi-nodekit"
+                && ACCOUNTS.iter().any(|a| s["name"] == *a)
                 && s["namespace"] == "csi-nodekit"
         });
         if ours {
@@ -435,11 +512,11 @@ fn roles_of_the_node_plugin(docs: &[(PathBuf, Value)]) -> BTreeSet<(String, Stri
 
 #[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
 #[test]
-fn every_rbac_rule_of_the_node_plugin_is_one_an_upstream_release_documents() {
+fn every_rbac_rule_of_the_node_plugin_and_the_resizer_is_one_an_upstream_release_documents() {
     let docs = complete();
     let documented: BTreeSet<(String, String, String)> =
         RELEASES.iter().flat_map(|r| set_of(r.rules)).collect();
-    let held = roles_of_the_node_plugin(&docs);
+    let held = roles_of_our_workloads(&docs);
     let mut checked = 0;
     let mut found = BTreeSet::new();
     for (file, doc) in &docs {
@@ -464,7 +541,7 @@ fn every_rbac_rule_of_the_node_plugin_is_one_an_upstream_release_documents() {
     }
     assert_eq!(
         found, held,
-        "every role bound to the node plugin is in the manifests"
+        "every role bound to our workloads is in the manifests"
     );
     assert!(checked > 40, "only {checked} rule entries found");
 }
@@ -538,5 +615,60 @@ fn the_snapshotter_and_provisioner_act_only_for_their_own_node_and_without_leade
     for class in ["VolumeSnapshotClass", "VolumeGroupSnapshotClass"] {
         let (_, doc) = docs.iter().find(|(_, d)| kind(d) == class).expect(class);
         assert_eq!(doc["driver"], "nodekit.csi.local", "{class}");
+    }
+}
+
+#[ignore = "needs kubectl and PyYAML (.ci/run installs them)"]
+#[test]
+fn the_one_resizer_expands_on_the_volumes_node_through_node_server_resizer_only() {
+    let out = rendered(&[]);
+    let docs = documents_in(out.path());
+    let resizer = docs
+        .iter()
+        .map(|(_, d)| d)
+        .find(|d| kind(d) == "Deployment" && d["metadata"]["name"] == "csi-nodekit-resizer")
+        .expect("the resizer's Deployment is in the base");
+    assert_eq!(resizer["spec"]["replicas"], 1);
+    let spec = super::manifests::pod_spec(resizer).unwrap();
+    assert_eq!(spec["serviceAccountName"], "csi-nodekit-resizer");
+    let endpoint = container(resizer, "resizer-endpoint");
+    let command = strings(&endpoint["command"]);
+    let args = strings(&endpoint["args"]);
+    assert_eq!(command, ["/csi-nodekit", "node-server"]);
+    assert!(args.contains(&"--resizer-only".to_owned()), "{args:?}");
+    // The same driver name as the node plugin's node-server, or the resizer skips its PVs.
+    let daemonset = our_daemonset(&docs);
+    let node_server = strings(&container(daemonset, "node-server")["args"]);
+    let name = |args: &[String]| {
+        (args.iter())
+            .find(|a| a.starts_with("--driver-name="))
+            .cloned()
+    };
+    assert_eq!(name(&args), name(&node_server));
+    let socket = (args.iter())
+        .find_map(|a| a.strip_prefix("--endpoint=unix://"))
+        .expect("a socket")
+        .to_owned();
+    let upstream = container(resizer, "csi-resizer");
+    let upstream_args = strings(&upstream["args"]);
+    assert!(upstream_args.contains(&format!("--csi-address={socket}")));
+    assert!(upstream_args.contains(&"--leader-election=true".to_owned()));
+    // Nothing of the node: no host path, no privilege, not root.
+    for volume in spec["volumes"].as_array().unwrap() {
+        assert!(volume.get("hostPath").is_none(), "{volume}");
+    }
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    for c in [endpoint, upstream] {
+        assert_ne!(c["securityContext"]["privileged"], true);
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    }
+    // Both classes let a PVC grow.
+    let classes: Vec<_> = (docs.iter())
+        .filter(|(_, d)| kind(d) == "StorageClass")
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(classes.len(), 2);
+    for class in classes {
+        assert_eq!(class["allowVolumeExpansion"], true, "{class}");
     }
 }
