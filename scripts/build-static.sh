@@ -9,6 +9,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-gnu
+# The compiler is pinned (packaging/rust-toolchain.txt, what `rustc --version` prints): another
+# one gives other bytes, so another image digest from the same commit. Not rust-toolchain.toml,
+# which rustup would try to fetch under that name, and the build machines have one Rust, named
+# `stable`, and cannot fetch another. ALLOW_OTHER_RUSTC=1 builds anyway, saying so.
+pinned=$(cat packaging/rust-toolchain.txt)
+running=$(rustc --version)
+if [ "$running" != "$pinned" ]; then
+  if [ "${ALLOW_OTHER_RUSTC:-}" != 1 ]; then
+    echo "build-static.sh: this checkout pins $pinned (packaging/rust-toolchain.txt), and" \
+      "rustc is $running: its bytes would not be the pinned build's; install the pinned" \
+      "toolchain, or set ALLOW_OTHER_RUSTC=1 to build anyway" >&2
+    exit 1
+  fi
+  echo "build-static.sh: warning: building with $running, not the pinned $pinned" >&2
+fi
 if ! cargo auditable --version >/dev/null 2>&1; then
   echo "build-static.sh: cargo-auditable is not installed; install it with" \
     "\`cargo install --locked cargo-auditable --version 0.7.7\` (.ci/run does) and run again" >&2
@@ -27,7 +42,7 @@ fi
 # maps most of the binary into every process. Needs LLD, rustc's linker here since 1.90;
 # set TEXT_ORDER=none to link in the compiler's order.
 order=""
-rust_minor=$(rustc --version | cut -d' ' -f2 | cut -d. -f2)
+rust_minor=$(echo "$running" | cut -d' ' -f2 | cut -d. -f2)
 if [ "${TEXT_ORDER:-}" != none ] && [ -f packaging/text-order.txt ] && [ "$rust_minor" -ge 90 ]; then
   order="-C link-arg=-Wl,--symbol-ordering-file=$PWD/packaging/text-order.txt"
   order="$order -C link-arg=-Wl,--no-warn-symbol-ordering"

@@ -14,6 +14,7 @@ mod notices;
 mod rendered_manifests;
 mod snapshot_metadata;
 mod supply_chain;
+mod toolchain_pin;
 mod topology_and_metrics;
 mod upstream_sidecars;
 mod volume_attributes;
