@@ -12,8 +12,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        // Unserved calls answer UNIMPLEMENTED: `node-server --resizer-only` serves three.
-        .generate_default_stubs(true)
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -9,7 +9,9 @@ use tower::util::MapResponseLayer;
 
 use super::config::Config;
 use super::driver::{Driver, OpenError, Seams};
-use super::grpc::{controller, field_limits, group_controller, identity, node, snapshot_metadata};
+use super::grpc::{
+    Backend, controller, field_limits, group_controller, identity, node, snapshot_metadata,
+};
 use super::state::owner::Owner;
 use super::{burst_trim, grace, in_flight};
 use crate::proto::csi::controller_server::ControllerServer;
@@ -48,17 +50,35 @@ pub async fn serve(
     plugin: Plugin,
     shutdown: Shutdown,
 ) -> Result<(), BoxError> {
-    let driver = plugin.driver;
     // The listener is bound: calls are answered while what interrupted operations left goes.
-    let _orphans = driver.remove_orphans_in_background();
+    let _orphans = plugin.driver.remove_orphans_in_background();
+    serve_backend(listener, Backend::Driver(plugin.driver), shutdown).await
+}
+
+/// [`serve`] for `backend`: Identity, Node and Controller always; GroupController and
+/// SnapshotMetadata where there is a driver (not behind `--resizer-only`, whose endpoint this
+/// serves too).
+pub(super) async fn serve_backend(
+    listener: tokio::net::UnixListener,
+    backend: Backend,
+    shutdown: Shutdown,
+) -> Result<(), BoxError> {
     let max = field_limits::MAX_REQUEST;
-    let identity = IdentityServer::new(identity::IdentityService(Arc::clone(&driver)));
-    let node = NodeServer::new(node::NodeService(Arc::clone(&driver)));
-    let groups = group_controller::GroupControllerService(Arc::clone(&driver));
-    let group = GroupControllerServer::new(groups);
-    let maps = snapshot_metadata::SnapshotMetadataService(Arc::clone(&driver));
-    let metadata = SnapshotMetadataServer::new(maps);
-    let controller = ControllerServer::new(controller::ControllerService(driver));
+    let driver = match &backend {
+        Backend::Driver(driver) => Some(Arc::clone(driver)),
+        Backend::ResizerOnly { .. } => None,
+    };
+    let identity = IdentityServer::new(identity::IdentityService(backend.clone()));
+    let node = NodeServer::new(node::NodeService(backend.clone()));
+    let controller = ControllerServer::new(controller::ControllerService(backend));
+    let group = (driver.clone()).map(|driver| {
+        let groups = group_controller::GroupControllerService(driver);
+        GroupControllerServer::new(groups).max_decoding_message_size(max)
+    });
+    let metadata = driver.map(|driver| {
+        let maps = snapshot_metadata::SnapshotMetadataService(driver);
+        SnapshotMetadataServer::new(maps).max_decoding_message_size(max)
+    });
     let grace = crate::shutdown::GRACE_PERIOD;
     let calls = in_flight::InFlight::default();
     // Stopped with the server: in-process tests serve many times on one runtime.
@@ -68,8 +88,8 @@ pub async fn serve(
         .layer(cut)
         .add_service(identity.max_decoding_message_size(max))
         .add_service(node.max_decoding_message_size(max))
-        .add_service(group.max_decoding_message_size(max))
-        .add_service(metadata.max_decoding_message_size(max))
+        .add_optional_service(group)
+        .add_optional_service(metadata)
         .add_service(controller.max_decoding_message_size(max))
         .serve_with_incoming_shutdown(socket::grpc_incoming(listener), shutdown.clone().wait());
     // A moment beyond the grace period for the UNAVAILABLE answers to go out.

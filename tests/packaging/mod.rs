@@ -1,9 +1,10 @@
-//! What ships: the container image, its licence notices and SBOM, and the malloc settings it
+//! What ships: the container image and the size of its binary, its licence notices and SBOM, and the malloc settings it
 //! gives every mode, the Kubernetes manifests (the kustomize base, its components and overlays,
 //! the upstream sidecars held to their pinned releases, the changed-block backups component, the
 //! examples' volume attributes), the dependency policy, and the `demo` mode the README runs
 //! first.
 
+mod binary_size;
 mod demo;
 mod dependency_policy;
 mod image;

@@ -3,15 +3,15 @@
 //! capacity, expand, modify (a volume's mutable attributes); the snapshot calls are in `controller_snapshots`. Volumes are pinned to
 //! this node by topology. Controller publish is not offered.
 
-use std::sync::Arc;
-
 use tonic::{Code, Request, Response, Status};
 
 use crate::linux::quota::QuotaError;
 use crate::node_server::driver::{ControllerError, Driver, Kind};
+use crate::node_server::grpc::Backend;
 use crate::node_server::grpc::controller_snapshots as snapshots;
 use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, decode_token, encode_token};
+use crate::node_server::resizer_only;
 use crate::node_server::state::attributes::{Attributes, ParameterError};
 use crate::node_server::state::volumes::{ContentSource, LAYOUT, Layout, VolumeError as V};
 use crate::proto::csi::{
@@ -30,7 +30,7 @@ use crate::proto::csi::{
     validate_volume_capabilities_response::Confirmed, volume_content_source,
 };
 
-pub struct ControllerService(pub(in crate::node_server) Arc<Driver>);
+pub struct ControllerService(pub(in crate::node_server) Backend);
 
 /// The gRPC code of every failure of a Controller call, as the CSI spec's error tables for
 /// CreateVolume, DeleteVolume, ControllerExpandVolume and GetCapacity name them. (Malformed
@@ -158,6 +158,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let name = validate::name(&req.name)?.to_owned();
@@ -173,7 +174,6 @@ impl Controller for ControllerService {
         let layout = Layout::from_parameters(&req.parameters, block).map_err(invalid)?;
         let kind = Kind { block, layout };
         log::trace!("CreateVolume name={name} required={required} limit={limit}");
-        let driver = &self.0;
         if let Some(wanted) = &req.accessibility_requirements
             && !wanted.requisite.is_empty()
             && !wanted.requisite.iter().any(|t| driver.matches(t))
@@ -198,6 +198,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<DeleteVolumeRequest>,
     ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         // Malformed is INVALID_ARGUMENT, as in every call; a well-formed unknown ID is deleted
@@ -206,12 +207,12 @@ impl Controller for ControllerService {
         log::trace!("DeleteVolume volume={id}");
         // A deletion a crash cut short, being ended in the background under the volume's
         // claim: the CO's retry is answered at once rather than ABORTED while it settles.
-        if self.0.deleting_in_background(&id) {
+        if driver.deleting_in_background(&id) {
             return Ok(Response::new(DeleteVolumeResponse {}));
         }
         let key = id.clone();
         let work = move |d: &Driver| d.delete(&id);
-        self.0.claimed(&key, work).await.map_err(status)?;
+        driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(DeleteVolumeResponse {}))
     }
 
@@ -219,12 +220,13 @@ impl Controller for ControllerService {
         &self,
         request: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?;
         let caps = validate::capabilities(&req.volume_capabilities)?;
         log::trace!("ValidateVolumeCapabilities volume={id}");
-        let record = self.0.known_volume(id).map_err(|e| status(e.into()))?;
+        let record = driver.known_volume(id).map_err(|e| status(e.into()))?;
         let kind = access_type(&caps).and_then(|block| match block == record.block {
             true => Ok(()),
             false if record.block => Err(Status::invalid_argument(format!(
@@ -270,18 +272,19 @@ impl Controller for ControllerService {
         &self,
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let max = usize::try_from(req.max_entries)
             .map_err(|_| Status::invalid_argument("max_entries may not be negative"))?;
         let start = decode_token(&req.starting_token, validate::any_volume_id)?;
         log::trace!("ListVolumes max_entries={max}");
-        let (page, next) = self.0.volume_page(start.as_deref(), max);
+        let (page, next) = driver.volume_page(start.as_deref(), max);
         Ok(Response::new(ListVolumesResponse {
             entries: page
                 .iter()
                 .map(|record| list_volumes_response::Entry {
-                    volume: Some(self.0.volume(record)),
+                    volume: Some(driver.volume(record)),
                     status: None,
                 })
                 .collect(),
@@ -293,6 +296,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         log::trace!("GetCapacity");
@@ -303,10 +307,10 @@ impl Controller for ControllerService {
             && req
                 .accessible_topology
                 .as_ref()
-                .is_none_or(|t| self.0.matches(t));
+                .is_none_or(|t| driver.matches(t));
         let available = if usable {
             let work = |d: &Driver| Ok(d.available()?);
-            self.0.blocking(work).await.map_err(status)?
+            driver.blocking(work).await.map_err(status)?
         } else {
             0
         };
@@ -324,6 +328,10 @@ impl Controller for ControllerService {
     ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
         use controller_service_capability::rpc::Type;
         log::trace!("ControllerGetCapabilities");
+        // None behind --resizer-only: without EXPAND_VOLUME the resizer expands on the node.
+        let Backend::Driver(driver) = &self.0 else {
+            return Ok(Response::new(ControllerGetCapabilitiesResponse::default()));
+        };
         let mut capabilities = vec![
             Type::CreateDeleteVolume,
             Type::ListVolumes,
@@ -337,7 +345,7 @@ impl Controller for ControllerService {
         ];
         // GetSnapshot is served either way; its capability (alpha in the spec) is rejected
         // by csi-sanity before v5.5, and no Kubernetes sidecar asks for it yet.
-        if self.0.config().advertise_get_snapshot {
+        if driver.config().advertise_get_snapshot {
             capabilities.push(Type::GetSnapshot);
         }
         Ok(Response::new(ControllerGetCapabilitiesResponse {
@@ -349,6 +357,7 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerExpandVolumeRequest>,
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -363,7 +372,7 @@ impl Controller for ControllerService {
         log::trace!("ControllerExpandVolume volume={id} required={required} limit={limit}");
         let key = id.clone();
         let work = move |d: &Driver| d.expand(&id, required, limit, "ControllerExpandVolume");
-        let (capacity, on_node) = self.0.claimed(&key, work).await.map_err(status)?;
+        let (capacity, on_node) = driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
             // A directory has no filesystem to grow on the node; a block volume's loop
@@ -390,28 +399,32 @@ impl Controller for ControllerService {
         &self,
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        snapshots::create(&self.0, request.into_inner()).await
+        let driver = self.0.driver()?;
+        snapshots::create(driver, request.into_inner()).await
     }
 
     async fn delete_snapshot(
         &self,
         request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        snapshots::delete(&self.0, request.into_inner()).await
+        let driver = self.0.driver()?;
+        snapshots::delete(driver, request.into_inner()).await
     }
 
     async fn list_snapshots(
         &self,
         request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        snapshots::list(&self.0, request.into_inner()).await
+        let driver = self.0.driver()?;
+        snapshots::list(driver, request.into_inner()).await
     }
 
     async fn get_snapshot(
         &self,
         request: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        snapshots::get(&self.0, request.into_inner()).await
+        let driver = self.0.driver()?;
+        snapshots::get(driver, request.into_inner()).await
     }
 
     async fn controller_get_volume(
@@ -425,6 +438,13 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        if let Backend::ResizerOnly { driver_name } = &self.0 {
+            return Err(resizer_only::refuse_modify(
+                driver_name,
+                &request.get_ref().volume_id,
+            ));
+        }
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -433,7 +453,7 @@ impl Controller for ControllerService {
         // An unknown volume is NOT_FOUND before an empty map is refused: csi-sanity sends
         // the parameters of its --csi.testvolumemutableparameters file, none without one,
         // and expects NOT_FOUND for a volume that does not exist either way.
-        (self.0.provisioned(&id, "ControllerModifyVolume")).map_err(|e| status(e.into()))?;
+        (driver.provisioned(&id, "ControllerModifyVolume")).map_err(|e| status(e.into()))?;
         if req.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
                 "mutable_parameters is required: name at least one parameter to change",
@@ -441,7 +461,7 @@ impl Controller for ControllerService {
         }
         let key = id.clone();
         let work = move |d: &Driver| d.modify(&id, change);
-        self.0.claimed(&key, work).await.map_err(status)?;
+        driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::node_server::driver::Driver;
+use crate::node_server::grpc::Backend;
 
 use crate::proto::csi::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
@@ -12,8 +12,8 @@ use crate::proto::csi::{
     identity_server::Identity, plugin_capability,
 };
 
-/// Answers Identity calls for the driver.
-pub struct IdentityService(pub(in crate::node_server) Arc<Driver>);
+/// Answers Identity calls for the driver (or for `--resizer-only`).
+pub struct IdentityService(pub(in crate::node_server) Backend);
 
 fn service_capability(kind: plugin_capability::service::Type) -> PluginCapability {
     PluginCapability {
@@ -37,8 +37,12 @@ impl Identity for IdentityService {
         _: Request<GetPluginInfoRequest>,
     ) -> Result<Response<GetPluginInfoResponse>, Status> {
         log::trace!("GetPluginInfo");
+        let name = match &self.0 {
+            Backend::Driver(driver) => driver.config().driver_name.clone(),
+            Backend::ResizerOnly { driver_name } => driver_name.clone(),
+        };
         Ok(Response::new(GetPluginInfoResponse {
-            name: self.0.config().driver_name.clone(),
+            name,
             vendor_version: crate::cli::VERSION.to_owned(),
             manifest: Default::default(),
         }))
@@ -56,13 +60,20 @@ impl Identity for IdentityService {
                 },
             )),
         };
+        // Behind --resizer-only, a Controller service (csi-resizer refuses to start without
+        // one) and online expansion, nothing of a node.
+        let Backend::Driver(driver) = &self.0 else {
+            return Ok(Response::new(GetPluginCapabilitiesResponse {
+                capabilities: vec![service_capability(Service::ControllerService), online],
+            }));
+        };
         let mut capabilities = vec![
             service_capability(Service::ControllerService),
             service_capability(Service::VolumeAccessibilityConstraints),
             service_capability(Service::GroupControllerService),
         ];
         // Served either way; csi-sanity fails on a service type it does not know.
-        if self.0.config().advertise_snapshot_metadata {
+        if driver.config().advertise_snapshot_metadata {
             capabilities.push(service_capability(Service::SnapshotMetadataService));
         }
         capabilities.push(online);
@@ -72,7 +83,11 @@ impl Identity for IdentityService {
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        let state_dir = self.0.state_dir();
+        // --resizer-only has nothing to be unready for.
+        let Backend::Driver(driver) = &self.0 else {
+            return Ok(Response::new(ProbeResponse { ready: Some(true) }));
+        };
+        let state_dir = driver.state_dir();
         let ready = match readiness(state_dir) {
             Ok(()) => true,
             Err(e) => {

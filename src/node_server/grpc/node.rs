@@ -2,8 +2,6 @@
 //! capabilities and node info. Each handler validates, runs its operation on the [`Driver`]
 //! under the volume's lock, and answers; [`status`] gives every failure its gRPC code.
 
-use std::sync::Arc;
-
 use tonic::{Code, Request, Response, Status};
 
 use crate::csi_spec::Field;
@@ -16,6 +14,7 @@ use crate::node_server::driver::IoLimitError as IoL;
 use crate::node_server::driver::{
     Driver, NodeError, POD_UID, PublishRequest, Staging, is_ephemeral,
 };
+use crate::node_server::grpc::Backend;
 use crate::node_server::grpc::field_limits::SizeLimits;
 use crate::node_server::grpc::validate::{self, AccessMode};
 use crate::node_server::state::volumes::VolumeError as V;
@@ -30,7 +29,7 @@ use crate::proto::csi::{
     node_server::Node, node_service_capability, volume_usage,
 };
 
-pub struct NodeService(pub(in crate::node_server) Arc<Driver>);
+pub struct NodeService(pub(in crate::node_server) Backend);
 
 /// The gRPC code of every failure of a Node call, as the CSI spec's error tables for
 /// NodeStage/Unstage/Publish/Unpublish/GetVolumeStats/ExpandVolume name them. (Malformed
@@ -231,6 +230,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -248,7 +248,7 @@ impl Node for NodeService {
             exclusive,
         };
         let work = move |d: &Driver| d.stage(&id, &staging, how);
-        self.0.claimed(&key, work).await.map_err(status)?;
+        driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -256,6 +256,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -266,7 +267,7 @@ impl Node for NodeService {
         );
         let key = id.clone();
         let work = move |d: &Driver| d.unstage(&id, &staging);
-        self.0.claimed(&key, work).await.map_err(status)?;
+        driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
@@ -274,6 +275,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -322,7 +324,7 @@ impl Node for NodeService {
             block: cap.block,
         };
         let work = move |d: &Driver| d.publish(&publish);
-        self.0.claimed(&id, work).await.map_err(status)?;
+        driver.claimed(&id, work).await.map_err(status)?;
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
@@ -330,6 +332,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -340,7 +343,7 @@ impl Node for NodeService {
         );
         let key = id.clone();
         let work = move |d: &Driver| d.unpublish(&id, &target);
-        self.0.claimed(&key, work).await.map_err(status)?;
+        driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
@@ -348,6 +351,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -355,7 +359,7 @@ impl Node for NodeService {
         log::trace!("NodeGetVolumeStats volume={id}");
         // No lock: reading statistics changes nothing and must not fail a concurrent call.
         let work = move |d: &Driver| d.stats(&id, &req.volume_path);
-        let stats = self.0.blocking(work).await.map_err(status)?;
+        let stats = driver.blocking(work).await.map_err(status)?;
         let usage = match (&stats.statvfs, &stats.hold, stats.block_capacity) {
             // A device has a size, and no used or free space of its own to tell.
             (_, _, Some(capacity)) => vec![usage(volume_usage::Unit::Bytes, capacity, 0, 0)],
@@ -373,6 +377,7 @@ impl Node for NodeService {
         &self,
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        let driver = self.0.driver()?;
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::volume_id(&req.volume_id)?.to_owned();
@@ -381,7 +386,7 @@ impl Node for NodeService {
         log::trace!("NodeExpandVolume volume={id} required={required} limit={limit}");
         let key = id.clone();
         let work = move |d: &Driver| d.expand_on_node(&id, &req.volume_path, required, limit);
-        let capacity = self.0.claimed(&key, work).await.map_err(status)?;
+        let capacity = driver.claimed(&key, work).await.map_err(status)?;
         Ok(Response::new(NodeExpandVolumeResponse {
             capacity_bytes: i64::try_from(capacity).unwrap_or(i64::MAX),
         }))
@@ -393,6 +398,13 @@ impl Node for NodeService {
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
         use node_service_capability::rpc::Type;
         log::trace!("NodeGetCapabilities");
+        // Behind --resizer-only, EXPAND_VOLUME alone: the resizer's sign to leave expansion
+        // to the kubelet on the volume's node, which asks its own node-server, not this one.
+        if let Backend::ResizerOnly { .. } = &self.0 {
+            return Ok(Response::new(NodeGetCapabilitiesResponse {
+                capabilities: vec![rpc(Type::ExpandVolume)],
+            }));
+        }
         Ok(Response::new(NodeGetCapabilitiesResponse {
             capabilities: [
                 Type::StageUnstageVolume,
@@ -412,11 +424,12 @@ impl Node for NodeService {
         &self,
         _: Request<NodeGetInfoRequest>,
     ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        let driver = self.0.driver()?;
         log::trace!("NodeGetInfo");
         Ok(Response::new(NodeGetInfoResponse {
-            node_id: self.0.config().node_id.clone(),
-            max_volumes_per_node: self.0.config().max_volumes_per_node,
-            accessible_topology: Some(self.0.topology()),
+            node_id: driver.config().node_id.clone(),
+            max_volumes_per_node: driver.config().max_volumes_per_node,
+            accessible_topology: Some(driver.topology()),
         }))
     }
 }

@@ -180,10 +180,13 @@ impl SnapshotMetadataService {
 
 #[tonic::async_trait]
 impl SnapshotMetadata for SnapshotMetadataService {
+    type GetMetadataAllocatedStream = Messages<GetMetadataAllocatedResponse>;
+    type GetMetadataDeltaStream = Messages<GetMetadataDeltaResponse>;
+
     async fn get_metadata_allocated(
         &self,
         request: Request<GetMetadataAllocatedRequest>,
-    ) -> Result<Response<Messages<GetMetadataAllocatedResponse>>, Status> {
+    ) -> Result<Response<Self::GetMetadataAllocatedStream>, Status> {
         let req = request.into_inner();
         req.check_sizes()?;
         let id = validate::snapshot_id("snapshot_id", &req.snapshot_id)?.to_owned();
@@ -203,7 +206,7 @@ impl SnapshotMetadata for SnapshotMetadataService {
     async fn get_metadata_delta(
         &self,
         request: Request<GetMetadataDeltaRequest>,
-    ) -> Result<Response<Messages<GetMetadataDeltaResponse>>, Status> {
+    ) -> Result<Response<Self::GetMetadataDeltaStream>, Status> {
         let req = request.into_inner();
         req.check_sizes()?;
         let base = validate::snapshot_id("base_snapshot_id", &req.base_snapshot_id)?.to_owned();
