@@ -51,7 +51,9 @@ fi
 # built: the same commit built in any directory, by any user, gives the same bytes. The target
 # directory (prost's generated code lives there) and cargo's home (the crates' sources) are
 # remapped too. (Directories with spaces in their names are not supported here.)
-target_dir=$(cd "${CARGO_TARGET_DIR:-target}" 2>/dev/null && pwd || echo "$PWD/target")
+# (Made first: a target directory that does not exist yet is still the one to remap.)
+mkdir -p "${CARGO_TARGET_DIR:-target}"
+target_dir=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)
 remap="--remap-path-prefix=$PWD=/build/csi-nodekit"
 remap="$remap --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 remap="$remap --remap-path-prefix=$target_dir=/build/target"
