@@ -2,7 +2,8 @@
 //! mount namespace): a sparse file of exactly the size, attached at stage, its device node
 //! bound onto a target file at publish, data written through it landing in the file; a
 //! read-only publish on a read-only device; a restart and a simulated reboot; online
-//! expansion; and what is refused while a device is in use.
+//! expansion (ControllerExpandVolume then NodeExpandVolume, or NodeExpandVolume alone, the
+//! external-resizer's node-only path); and what is refused while a device is in use.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -219,6 +220,27 @@ async fn a_restart_finds_the_device_and_after_a_reboot_staging_attaches_a_new_on
 #[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_block_volume_expands_online() {
+    grow_a_published_block_volume_held_open(Route::ControllerThenNode).await;
+}
+
+/// The external-resizer's node-only path: the kubelet's NodeExpandVolume with the size the PV
+/// now records, no ControllerExpandVolume before it.
+#[ignore = "needs root: real loop devices and bind mounts in a private mount namespace (the README's test command)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_expand_volume_alone_grows_a_published_block_volume_online() {
+    grow_a_published_block_volume_held_open(Route::NodeOnly).await;
+}
+
+/// How an expansion reaches node-server.
+#[derive(PartialEq)]
+enum Route {
+    ControllerThenNode,
+    NodeOnly,
+}
+
+/// An 8 MiB raw block volume, published and held open by a pod's writer, grown to 16 MiB
+/// along `route`: the file, the loop device, a write past the old end, the stats.
+async fn grow_a_published_block_volume_held_open(route: Route) {
     let (node, server, mut csi) = start_block_node(Kind::Ext4).await;
     let (state, sandbox) = (node.state.clone(), &node.sandbox);
     let id = csi.create_block("pvc-grow", 8 * MIB).await.volume_id;
@@ -236,25 +258,27 @@ async fn a_published_block_volume_expands_online() {
         required_bytes: (16 * MIB) as i64,
         limit_bytes: 0,
     });
-    let expand = ControllerExpandVolumeRequest {
-        volume_id: id.clone(),
-        capacity_range: range,
-        ..Default::default()
-    };
-    let reply = csi
-        .controller
-        .controller_expand_volume(expand)
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(reply.capacity_bytes, (16 * MIB) as i64);
-    assert!(reply.node_expansion_required, "the device must be told");
-    assert_eq!(
-        std::fs::metadata(image(&state, &id)).unwrap().len(),
-        16 * MIB
-    );
-    let (rw, _) = devices(&state, &id);
-    assert_eq!(loopdev::size(rw[0]).unwrap(), 8 * MIB, "not yet");
+    if route == Route::ControllerThenNode {
+        let expand = ControllerExpandVolumeRequest {
+            volume_id: id.clone(),
+            capacity_range: range,
+            ..Default::default()
+        };
+        let reply = csi
+            .controller
+            .controller_expand_volume(expand)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.capacity_bytes, (16 * MIB) as i64);
+        assert!(reply.node_expansion_required, "the device must be told");
+        assert_eq!(
+            std::fs::metadata(image(&state, &id)).unwrap().len(),
+            16 * MIB
+        );
+        let (rw, _) = devices(&state, &id);
+        assert_eq!(loopdev::size(rw[0]).unwrap(), 8 * MIB, "not yet");
+    }
     let node_expand = NodeExpandVolumeRequest {
         volume_id: id.clone(),
         volume_path: target.display().to_string(),
@@ -268,12 +292,24 @@ async fn a_published_block_volume_expands_online() {
         .unwrap()
         .into_inner();
     assert_eq!(reply.capacity_bytes, (16 * MIB) as i64);
-    assert_eq!(loopdev::size(rw[0]).unwrap(), 16 * MIB);
+    assert_eq!(
+        std::fs::metadata(image(&state, &id)).unwrap().len(),
+        16 * MIB
+    );
+    let (rw, _) = devices(&state, &id);
+    assert_eq!(loopdev::size(rw[0]).unwrap(), 16 * MIB, "the device told");
+    let listed = csi.list().await;
+    let recorded = listed.iter().find(|v| v.volume_id == id).expect("listed");
+    assert_eq!(recorded.capacity_bytes, (16 * MIB) as i64, "recorded");
     use std::os::unix::fs::FileExt;
     held.write_all_at(&data, 12 * MIB)
         .expect("write past the old end");
     held.sync_all().unwrap();
-    assert!(read_at(&target, 0, data.len()) == data, "the data written");
+    assert!(read_at(&target, 0, data.len()) == data, "the data kept");
+    assert!(
+        read_at(&target, 12 * MIB, data.len()) == data,
+        "the data written"
+    );
     let (usage, _) = stats_total(&mut csi, &id, &target).await;
     assert_eq!(usage[0].total, (16 * MIB) as i64);
     drop(held);
