@@ -7,6 +7,9 @@
 #
 # How the functions are found: before any mode starts, the benchmark's hook puts a uprobe on
 # the entry of every function of its copy of the binary; the kernel counts each probe's hits.
+# Not on glibc's hand-written string variants (`__memset_avx2_unaligned_erms` and the like,
+# which it picks by IFUNC): with those probed, node-server never got past building its runtime
+# (a map's control bytes left unset, its insert looping), and their probes never fired anyway.
 # The counts are read after each step, and the list is every function with a hit: first those
 # run by the idle step (start-up and the idle loops of all three modes), then those the publish
 # load added, then the floods; within a step, most hits first. Under the probes the benchmark
@@ -27,7 +30,8 @@ if [ -n "${TEXT_ORDER_WORK:-}" ]; then
     nm -n -S --radix=d --defined-only "$work/symbols" |
       awk -v offset=$((offset)) -v address=$((address)) -v size=$((size)) \
         -v path="$2" -v group=$group -v names="$work/names" '
-        NF == 4 && $3 ~ /^[tTwWi]$/ && $1 + 0 >= address && $1 + 0 < address + size && $2 + 0 > 0 {
+        NF == 4 && $3 ~ /^[tTwWi]$/ && $1 + 0 >= address && $1 + 0 < address + size && $2 + 0 > 0 &&
+          $4 !~ /_(sse2|ssse3|sse4_[12]|avx|avx2|avx512[a-z]*|evex|evex512|erms|unaligned)(_|$)/ {
           if (!($1 in probe)) {
             probe[$1] = "f" n++
             printf "p:%s/%s %s:0x%x\n", group, probe[$1], path, $1 - address + offset
