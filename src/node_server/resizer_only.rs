@@ -7,9 +7,10 @@
 //! EXPAND_VOLUME and a Node service that does. This endpoint says exactly that and serves
 //! nothing else: no state directory, no mounts, no privileges, so it runs beside the resizer
 //! in an ordinary Deployment. The answers are node-server's own services over
-//! [`Backend::ResizerOnly`] (one copy of tonic's servers in the binary, not two). ControllerModifyVolume, which the same resizer calls for a
-//! changed VolumeAttributesClass, is refused with INVALID_ARGUMENT (the resizer marks the PVC
-//! Infeasible and says why in an event): it cannot reach the volume's node either.
+//! [`Backend::ResizerOnly`] (one copy of tonic's servers in the binary, not two).
+//! ControllerModifyVolume, which the same resizer calls for a changed VolumeAttributesClass,
+//! is refused with INVALID_ARGUMENT (the resizer marks the PVC Infeasible and says why in an
+//! event): it cannot reach the volume's node either.
 
 use tonic::Status;
 
@@ -22,6 +23,14 @@ use crate::{BoxError, UsageError, socket};
 pub fn main(args: Args) -> Result<(), BoxError> {
     crate::csi_spec::driver_name::validate(&args.driver_name)
         .map_err(|e| UsageError::new(format!("--driver-name: {e}")))?;
+    // The one node flag a user could expect to work here: refused, not silently ignored.
+    if args.http_endpoint.into_option().is_some() {
+        return Err(UsageError::new(
+            "--http-endpoint is not served with --resizer-only (it has no metrics of its own; \
+             csi-resizer serves its own)",
+        )
+        .into());
+    }
     let endpoint = args.endpoint.into_path();
     let perms = socket::Permissions {
         mode: args.socket_mode.bits(),

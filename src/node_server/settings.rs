@@ -96,7 +96,7 @@ crate::mode_args! {
         /// expansion to the volume's own node (Identity and the Controller and Node
         /// capabilities), for a Deployment beside csi-resizer; no state directory, no
         /// privileges; flags other than --endpoint, --driver-name, --socket-mode and
-        /// --socket-group are not used
+        /// --socket-group are not used (--http-endpoint is refused)
         #[argh(switch)]
         pub resizer_only: bool,
     }

@@ -123,3 +123,23 @@ async fn a_cluster_wide_resizer_finds_node_only_expansion_and_a_clear_refusal_to
     assert!(status.success(), "{status}: {}", endpoint.stderr());
     assert!(!socket.exists(), "the socket goes with it");
 }
+
+#[test]
+fn an_http_endpoint_asked_of_the_resizer_endpoint_is_refused_with_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(binary())
+        .arg("node-server")
+        .arg("--resizer-only")
+        .arg(format!(
+            "--endpoint=unix://{}",
+            dir.path().join("r.sock").display()
+        ))
+        .arg("--http-endpoint=:9999")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--http-endpoint"), "{stderr}");
+    assert!(!dir.path().join("r.sock").exists(), "nothing served");
+}
