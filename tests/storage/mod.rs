@@ -9,3 +9,4 @@ mod copy_tree;
 mod ext4_image;
 mod loop_device_safety;
 mod loop_devices;
+mod quota_remake;

@@ -74,6 +74,12 @@ pub struct Tally {
     pub unreached: u64,
     /// Inodes of a fenced volume handed to the quarantine owner ([`QUARANTINE_UID`]).
     pub quarantined: u64,
+    /// Symlinks, FIFOs, sockets and device nodes of escaped directories made again in the
+    /// project ([`remake`](super::remake)).
+    pub remade: u64,
+    /// Directories found moved out of the project again while this check was in them: their
+    /// pod took them out again after they were set back.
+    pub again: u64,
     /// Some of the other projects found (at most a few).
     pub projects: BTreeSet<u32>,
 }
@@ -81,7 +87,7 @@ pub struct Tally {
 impl Tally {
     /// Whether anything escaped.
     pub fn found(&self) -> bool {
-        self.other_project + self.no_inherit > 0
+        self.other_project + self.no_inherit + self.again > 0
     }
 
     /// Whether the volume's condition is abnormal: something escaped, or something could not
@@ -108,6 +114,8 @@ impl Tally {
         self.skipped += other.skipped;
         self.unreached += other.unreached;
         self.quarantined += other.quarantined;
+        self.remade += other.remade;
+        self.again += other.again;
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
         }
@@ -129,6 +137,8 @@ impl Tally {
             skipped: self.skipped.saturating_sub(earlier.skipped),
             unreached: self.unreached.saturating_sub(earlier.unreached),
             quarantined: self.quarantined.saturating_sub(earlier.quarantined),
+            remade: self.remade.saturating_sub(earlier.remade),
+            again: self.again.saturating_sub(earlier.again),
             first_error: self.first_error.clone(),
             projects: self.projects.clone(),
         }
@@ -148,7 +158,7 @@ impl Tally {
 
     /// One inode's attributes checked against `want` and, if it escaped, set back; with
     /// `fence`, the inode is also handed to that owner (escaped or not), so its pod, no longer
-    /// the owner, cannot move it out again.
+    /// the owner, cannot move it out again. Whether it had escaped.
     pub(super) fn visit(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -156,12 +166,13 @@ impl Tally {
         dir: bool,
         want: u32,
         fence: Option<u32>,
-    ) {
-        self.check(fd, stat, dir, want);
+    ) -> bool {
+        let escaped = self.check(fd, stat, dir, want);
         if let Some(uid) = fence.filter(|uid| stat.st_uid != *uid) {
             let owner = Some(nix::unistd::Uid::from_raw(uid));
             self.handed(nix::unistd::fchown(fd, owner, None));
         }
+        escaped
     }
 
     /// A fenced volume's symlink, FIFO, socket or device node (which no descriptor of ours
@@ -189,13 +200,16 @@ impl Tally {
         }
     }
 
-    fn check(&mut self, fd: BorrowedFd<'_>, stat: &FileStat, dir: bool, want: u32) {
+    fn check(&mut self, fd: BorrowedFd<'_>, stat: &FileStat, dir: bool, want: u32) -> bool {
         let attr = match sys::get_fsxattr(fd) {
             Ok(attr) => attr,
-            Err(e) => return self.unreached(|| format!("FS_IOC_FSGETXATTR: {e}")),
+            Err(e) => {
+                self.unreached(|| format!("FS_IOC_FSGETXATTR: {e}"));
+                return false;
+            }
         };
         let Some(escape) = escape(&attr, dir, want) else {
-            return;
+            return false;
         };
         if let Some(other) = escape.other_project {
             self.other_project += 1;
@@ -212,6 +226,7 @@ impl Tally {
                 self.error(|| format!("FS_IOC_FSSETXATTR: {e}"));
             }
         }
+        true
     }
 }
 

@@ -8,8 +8,9 @@
 //! never follows a symlink (`O_NOFOLLOW`, `AT_SYMLINK_NOFOLLOW`), never crosses into another
 //! filesystem (`st_dev`) and opens a name for the ioctl only once it is known to be a regular
 //! file or a directory (a device node's open has side effects). Only those two kinds carry an
-//! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are counted, not changed.
-//! It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
+//! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are made again instead,
+//! where they are in a directory found escaped ([`remake`](super::remake)), and only counted
+//! elsewhere (their project cannot be read either). It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -24,6 +25,8 @@ use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
 use super::escape::Tally;
+use super::remakes::{Mark, Remaking};
+pub use super::remakes::{Pending, Remakes};
 use crate::linux::dir_stack::{DirId, DirStack, OpenDir};
 
 /// A walk: what it found and did, and what it cost.
@@ -65,16 +68,27 @@ fn visit_root(
 /// walk and stops it: `Break` ends it there). An entry that vanishes under the walk is
 /// skipped; only the root failing to open is an error. A directory moved out from under a deep
 /// walk (its way back up is gone) ends the walk there, noted. With `fence`, every inode, the
-/// root included, is also handed to that owner ([`Tally::visit`]).
+/// root included, is also handed to that owner ([`Tally::visit`]). With `remakes`, the
+/// symlinks, FIFOs, sockets and device nodes of every directory found escaped are made again
+/// in the project.
 pub fn walk(
     root: &Path,
     want: u32,
     fence: Option<u32>,
+    remakes: Option<&mut Remakes<'_>>,
     tick: &mut dyn FnMut(&Tally) -> ControlFlow<()>,
 ) -> io::Result<Walk> {
     let started = Instant::now();
     let cpu_started = thread_cpu();
     let (root_dir, root_stat, mut tally) = visit_root(root, want, fence)?;
+    let mut remaking = remakes.map(Remaking::new);
+    // Whether each directory on the stack is to have its entries made again: what was made
+    // in it while it was out of the project took another project.
+    let mark = |remaking: &Option<Remaking<'_, '_>>, ino, found| match remaking {
+        Some(remaking) => remaking.mark(ino, found),
+        None => Mark::plain(ino),
+    };
+    let mut marks = vec![mark(&remaking, root_stat.st_ino, tally.found())];
     let mut stopped = tick(&tally).is_break();
     let mut stack = DirStack::new(OpenDir {
         names: names_or_note(root_dir.as_fd(), &mut tally),
@@ -91,10 +105,20 @@ pub fn walk(
                 tally.unreached(|| format!("return to a directory: {e}"));
                 break;
             }
+            if let (Some(remaking), Some(left)) = (remaking.as_mut(), marks.pop()) {
+                remaking.done(left, true);
+            }
             continue;
         };
         let dev = root_stat.st_dev;
-        if let Some((below, id)) = entry(level.fd(), &name, dev, want, fence, &mut tally) {
+        let remake_here = marks.last().is_some_and(|m| m.remake);
+        let repair = Repair {
+            want,
+            fence,
+            remaking: remaking.as_mut().filter(|_| remake_here),
+        };
+        if let Some((below, id, found)) = entry(level.fd(), &name, dev, repair, &mut tally) {
+            marks.push(mark(&remaking, id.ino, found));
             let names = names_or_note(below.as_fd(), &mut tally);
             stack.push(OpenDir {
                 dir: Some(below),
@@ -105,6 +129,9 @@ pub fn walk(
         }
         stopped = tick(&tally).is_break();
     }
+    if let Some(remaking) = remaking.as_mut() {
+        remaking.finish(marks);
+    }
     Ok(Walk {
         tally,
         wall: started.elapsed(),
@@ -113,15 +140,28 @@ pub fn walk(
     })
 }
 
-/// Visits one entry of `dir`; a directory to descend into comes back open, with its identity.
+/// What is done to one entry beside checking it.
+struct Repair<'r, 'a, 'b> {
+    want: u32,
+    fence: Option<u32>,
+    /// Set when the entry's directory is to have its entries made again.
+    remaking: Option<&'r mut Remaking<'a, 'b>>,
+}
+
+/// Visits one entry of `dir`; a directory to descend into comes back open, with its identity
+/// and whether it had escaped.
 fn entry(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     dev: u64,
-    want: u32,
-    fence: Option<u32>,
+    repair: Repair<'_, '_, '_>,
     tally: &mut Tally,
-) -> Option<(OwnedFd, DirId)> {
+) -> Option<(OwnedFd, DirId, bool)> {
+    let Repair {
+        want,
+        fence,
+        remaking,
+    } = repair;
     tally.inodes += 1;
     let stat = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
@@ -142,9 +182,12 @@ fn entry(
     let opened = match stat.st_mode & libc::S_IFMT {
         libc::S_IFDIR => open_dir_at(dir, name).map(|fd| (fd, true)),
         libc::S_IFREG => open_regular_at(dir, name).map(|fd| (fd, false)),
-        // No descriptor of these reaches the filesystem's ioctl; a fence hands them over by name.
+        // No descriptor of these reaches the filesystem's ioctl: in an escaped directory they
+        // are made again; a fence hands them over by name.
         _ => {
-            if let Some(uid) = fence {
+            let owner = fence.unwrap_or(stat.st_uid);
+            let remade = remaking.is_some_and(|r| r.remake(dir, name, &stat, want, owner, tally));
+            if let Some(uid) = fence.filter(|_| !remade) {
                 tally.hand_over_entry(dir, name, &stat, uid);
             }
             return None;
@@ -171,12 +214,12 @@ fn entry(
     // next walk.
     match fstat(fd.as_fd()) {
         Ok(now) if now.st_ino == stat.st_ino && now.st_dev == stat.st_dev => {
-            tally.visit(fd.as_fd(), &now, is_dir, want, fence);
+            let found = tally.visit(fd.as_fd(), &now, is_dir, want, fence);
             let id = DirId {
                 dev: now.st_dev,
                 ino: now.st_ino,
             };
-            is_dir.then_some((fd, id))
+            is_dir.then_some((fd, id, found))
         }
         _ => {
             tally.skipped += 1;
@@ -246,7 +289,7 @@ mod tests {
         std::fs::write(outside.path().join("o2"), b"x").unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
         let mut ticks = 0;
-        let walk = walk(dir.path(), 0, None, &mut |_| {
+        let walk = walk(dir.path(), 0, None, None, &mut |_| {
             ticks += 1;
             ControlFlow::Continue(())
         })
@@ -263,7 +306,7 @@ mod tests {
         for i in 0..10 {
             std::fs::write(dir.path().join(format!("f{i}")), b"x").unwrap();
         }
-        let walk = walk(dir.path(), 7, None, &mut |t| {
+        let walk = walk(dir.path(), 7, None, None, &mut |t| {
             if t.inodes >= 3 {
                 ControlFlow::Break(())
             } else {
@@ -280,7 +323,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(dir.path(), &link).unwrap();
-        let err = walk(&link, 7, None, &mut |_| ControlFlow::Continue(())).expect_err("symlink");
+        let err =
+            walk(&link, 7, None, None, &mut |_| ControlFlow::Continue(())).expect_err("symlink");
         // O_DIRECTORY | O_NOFOLLOW on a symlink: "not a directory".
         assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
         assert!(check_root(&link, 7).is_err());

@@ -29,6 +29,8 @@ pub mod mode;
 pub mod project;
 mod quota_error;
 pub mod quota_seam;
+pub mod remake;
+mod remakes;
 pub mod sys;
 
 pub use fs::{Access, FsKind, QuotaFs, Support};

@@ -16,7 +16,14 @@
 //! again after they were set back is fenced ([`escapes::FENCED_AFTER`]) for as long as
 //! node-server runs: everything in it is handed to [`QUARANTINE_UID`], so the pod owns nothing
 //! it could move out, and its inode limit is set to one, below what it holds, so it can make
-//! nothing new to move. A fence walk is never cut short, whichever lane finds the repeat.
+//! nothing new to move. A fence walk is never cut short, whichever lane finds the repeat, and
+//! begins the moment the repeat is found, not at the end of the walk that found it.
+//!
+//! Symlinks, FIFOs, sockets and device nodes of a directory found escaped are made again in
+//! the volume's project ([`escape_walk::Remakes`]); their private directory is
+//! `volumes/.orphan-remake-<id>` (an orphan's name: a crash's leftover is removed at the next
+//! start), and the inode limit a remake meets is lifted for the rest of that walk and put
+//! back after it.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -28,6 +35,7 @@ use super::Driver;
 use crate::linux::quota::escape::{QUARANTINE_UID, Tally};
 use crate::linux::quota::escape_walk;
 use crate::node_server::state::escapes::{self, Note, Totals};
+use crate::node_server::state::state_dir;
 use crate::node_server::state::volumes::Record;
 
 /// How often, in inodes, a walk looks at the clock and at the stop flag.
@@ -178,18 +186,49 @@ fn pass(
             continue;
         };
         let dir = driver.volumes.path_of(&record.id);
+        let aside = dir.with_file_name(state_dir::orphan_name(&format!("remake-{}", record.id)));
+        let lifted = std::cell::Cell::new(false);
+        let lift = || {
+            let quotas = driver.volumes.directories().quotas();
+            match quotas.lift_inodes(record) {
+                Ok(()) => lifted.set(true),
+                Err(e) => log::warn!("volume {}: its inode limit stays: {e}", record.id),
+            }
+            lifted.get()
+        };
+        let mut remakes = escape_walk::Remakes {
+            aside: &aside,
+            lift: &lift,
+            pending: driver.escapes.take_remakes(&record.id),
+        };
         let started = std::cell::Cell::new(Instant::now());
         let cut = std::cell::Cell::new(false);
         // A fence walk is never cut: the pod must own nothing the moment it is fenced.
         let may_cut = std::cell::Cell::new(lane == Lane::Small);
         let under_way = driver.escapes.is_under_way(&record.id);
         let early = std::cell::RefCell::new(None::<Tally>);
+        let fencing = std::cell::Cell::new(driver.escapes.fenced(&record.id));
+        let (asked, fence_now) = (std::cell::Cell::new(false), std::cell::Cell::new(false));
         let mut tick = |so_far: &Tally| {
             // The first escape of an episode shows at once, not at the end of a long walk (it
             // begins the episode: hot walks follow, and a repeat fences).
             if !under_way && early.borrow().is_none() && so_far.found() {
                 driver.note_escapes(record, project, so_far, false);
                 *early.borrow_mut() = Some(so_far.clone());
+            }
+            // So does the repeat that fences (a flood's entries made again make a walk long):
+            // this walk stops, and the fence walk begins. A directory moved out again while
+            // this walk made its entries again is such a repeat already.
+            let again = so_far.again > 0;
+            let next = || {
+                under_way
+                    && so_far.found()
+                    && !asked.replace(true)
+                    && driver.escapes.fences_next(&record.id)
+            };
+            if !fencing.get() && (again || next()) {
+                fence_now.set(true);
+                return ControlFlow::Break(());
             }
             let done = so_far.inodes;
             if !done.is_multiple_of(TICK_EVERY) {
@@ -207,7 +246,8 @@ fn pass(
         };
         let mut fence = driver.escapes.fenced(&record.id).then_some(QUARANTINE_UID);
         let walk = loop {
-            let walk = match escape_walk::walk(&dir, project, fence, &mut tick) {
+            let walk = match escape_walk::walk(&dir, project, fence, Some(&mut remakes), &mut tick)
+            {
                 Ok(walk) => walk,
                 // Deleted since the list was taken, or not made yet.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break None,
@@ -217,6 +257,25 @@ fn pass(
                 }
             };
             walked += walk.tally.inodes;
+            if walk.stopped && fence_now.take() {
+                let found = match early.borrow_mut().take() {
+                    Some(early) => walk.tally.since(&early),
+                    None => walk.tally.clone(),
+                };
+                let mut note = (driver.escapes).record_cut_walk(&record.id, project, &found);
+                if note != Note::Fenced && found.again > 0 {
+                    note = driver.escapes.fence(&record.id);
+                }
+                driver.say(record, project, &walk.tally, note);
+                if note != Note::Fenced {
+                    break None;
+                }
+                fence = Some(QUARANTINE_UID);
+                fencing.set(true);
+                started.set(Instant::now());
+                may_cut.set(false);
+                continue;
+            }
             let early = early.borrow_mut().take();
             if walk.stopped && cut.get() {
                 // What it found so far counts; the rest is the large lane's.
@@ -235,6 +294,7 @@ fn pass(
                 if note == Note::Fenced {
                     // Fenced by a cut walk: everything handed over now, in this lane, once.
                     fence = Some(QUARANTINE_UID);
+                    fencing.set(true);
                     started.set(Instant::now());
                     may_cut.set(false);
                     cut.set(false);
@@ -243,6 +303,10 @@ fn pass(
                 break None;
             }
             if walk.stopped {
+                if lifted.get() {
+                    driver.put_limits_back(record, fence.is_some());
+                }
+                driver.escapes.keep_remakes(&record.id, remakes.pending);
                 return None;
             }
             if lane == Lane::Large && walk.wall < SMALL_LANE_WALK / 2 {
@@ -261,11 +325,23 @@ fn pass(
             // Fenced by this walk: everything in the volume handed over at once, before the
             // pod moves out what this walk set back.
             match (note, fence) {
-                (Note::Fenced, None) => fence = Some(QUARANTINE_UID),
+                (Note::Fenced, None) => {
+                    fence = Some(QUARANTINE_UID);
+                    fencing.set(true);
+                }
                 _ => break Some(walk),
             }
         };
-        let Some(walk) = walk else { continue };
+        driver.escapes.keep_remakes(&record.id, remakes.pending);
+        let Some(walk) = walk else {
+            if lifted.get() {
+                driver.put_limits_back(record, fence.is_some());
+            }
+            continue;
+        };
+        if fence.is_some() || lifted.get() {
+            driver.put_limits_back(record, fence.is_some());
+        }
         log::trace!(
             "quota check of volume {}: {} inodes, {:.3} s wall, {:.3} s CPU",
             record.id,
@@ -273,9 +349,6 @@ fn pass(
             walk.wall.as_secs_f64(),
             walk.cpu.as_secs_f64()
         );
-        if fence.is_some() {
-            driver.freeze(record);
-        }
     }
     if only.is_some() {
         return Some(walked);
@@ -329,6 +402,17 @@ impl Driver {
         match self.volumes.directories().quotas().freeze_inodes(record) {
             Ok(held) => log::debug!("volume {}: fenced at {held:?} inodes", record.id),
             Err(e) => log::warn!("volume {}: its inode limit stays: {e}", record.id),
+        }
+    }
+
+    /// A volume's limits after a walk: a fenced one's frozen, another's its own again (a walk
+    /// may have lifted its inode limit).
+    fn put_limits_back(&self, record: &Record, fenced: bool) {
+        if fenced {
+            return self.freeze(record);
+        }
+        if let Err(e) = self.volumes.directories().quotas().apply(record) {
+            log::warn!("volume {}: its inode limit stays lifted: {e}", record.id);
         }
     }
 

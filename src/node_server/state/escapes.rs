@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::linux::quota::escape::Tally;
+use crate::linux::quota::escape_walk::Pending;
 
 /// The whole walks that must find escapes in one episode before the volume is fenced: the
 /// second means the pod took files out again after the first set them back.
@@ -86,6 +87,9 @@ pub struct Escapes {
     fenced: Mutex<std::collections::HashSet<String>>,
     /// Volumes whose walk is too long for the patrol thread of the others.
     large: Mutex<std::collections::HashSet<String>>,
+    /// Per volume, the directories (by inode) whose symlinks, FIFOs and the like a walk has
+    /// still to make again in the project ([`Remakes`](crate::linux::quota::escape_walk::Remakes)).
+    remakes: Mutex<HashMap<String, Pending>>,
     episodes_total: AtomicU64,
     inodes: AtomicU64,
     bytes: AtomicU64,
@@ -190,6 +194,21 @@ impl Escapes {
         }
     }
 
+    /// Fences volume `id` at once: a walk found its pod taking out again what that very walk
+    /// had set back.
+    pub fn fence(&self, id: &str) -> Note {
+        match crate::mutex::lock(&self.fenced).insert(id.to_owned()) {
+            true => Note::Fenced,
+            false => Note::FencedContinued,
+        }
+    }
+
+    /// Whether the next walk of volume `id` that finds something fences it.
+    pub fn fences_next(&self, id: &str) -> bool {
+        let next = |e: &Episode| e.walks_found + 1 >= FENCED_AFTER;
+        self.episodes().get(id).is_some_and(next) && !self.fenced(id)
+    }
+
     /// Whether volume `id`'s pod took files out of its size again after they were set back:
     /// then everything in the volume is handed to the quarantine owner and it may make no new
     /// inodes, for as long as node-server runs. An escaper let go at the end of its episode
@@ -221,9 +240,24 @@ impl Escapes {
         self.episodes().keys().cloned().collect()
     }
 
+    /// The directories of volume `id` whose entries are still to be made again (taken for a
+    /// walk, which gives back what it leaves, [`Self::keep_remakes`]).
+    pub fn take_remakes(&self, id: &str) -> Pending {
+        crate::mutex::lock(&self.remakes)
+            .remove(id)
+            .unwrap_or_default()
+    }
+
+    pub fn keep_remakes(&self, id: &str, pending: Pending) {
+        if !pending.dirs.is_empty() {
+            crate::mutex::lock(&self.remakes).insert(id.to_owned(), pending);
+        }
+    }
+
     /// Forgets the episodes of volumes that are gone.
     pub fn retain(&self, mut live: impl FnMut(&str) -> bool) {
         self.episodes().retain(|id, _| live(id));
+        crate::mutex::lock(&self.remakes).retain(|id, _| live(id));
         crate::mutex::lock(&self.fenced).retain(|id| live(id));
         crate::mutex::lock(&self.large).retain(|id| live(id));
     }
@@ -266,6 +300,19 @@ pub fn describe(project: u32, found: &Tally) -> String {
             found.repaired
         ),
     };
+    if found.again > 0 {
+        let sep = if text.is_empty() { "" } else { "; " };
+        text.push_str(&format!(
+            "{sep}{} directories moved out of the project again while checked, and set back",
+            found.again
+        ));
+    }
+    if found.remade > 0 {
+        text.push_str(&format!(
+            "; {} symlinks, FIFOs, sockets or device nodes made again in the volume's project",
+            found.remade
+        ));
+    }
     if found.quarantined > 0 {
         text.push_str(&format!(
             "; {} handed to the quarantine owner",
@@ -439,6 +486,47 @@ mod tests {
                 && text.contains("volume's 7 (project 0)")
                 && text.contains("2 directories had PROJINHERIT cleared")
                 && text.contains("5 set back"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_walk_after_one_that_found_something_is_the_one_a_finding_fences() {
+        let escapes = Escapes::default();
+        assert!(!escapes.fences_next("v"), "no episode");
+        escapes.record("v", 7, &found(1, 0, 0), false);
+        assert!(!escapes.fences_next("v"), "a root check is no walk");
+        escapes.record("v", 7, &found(1, 0, 0), true);
+        assert!(escapes.fences_next("v"));
+        assert_eq!(
+            escapes.record_cut_walk("v", 7, &found(1, 0, 0)),
+            Note::Fenced
+        );
+        assert!(!escapes.fences_next("v"), "fenced already");
+    }
+
+    #[test]
+    fn a_volume_is_fenced_at_once_when_asked_and_only_once() {
+        let escapes = Escapes::default();
+        escapes.record("v", 7, &found(1, 0, 0), false);
+        assert_eq!(escapes.fence("v"), Note::Fenced);
+        assert_eq!(escapes.fence("v"), Note::FencedContinued);
+        assert!(escapes.fenced("v") && !escapes.fenced("w"));
+    }
+
+    #[test]
+    fn the_condition_counts_what_was_made_again_in_the_project() {
+        let escapes = Escapes::default();
+        let tally = Tally {
+            remade: 4,
+            again: 1,
+            ..found(0, 1, 0)
+        };
+        escapes.record("v", 7, &tally, true);
+        let text = escapes.condition("v").expect("under way");
+        assert!(
+            text.contains("4 symlinks, FIFOs, sockets or device nodes made again")
+                && text.contains("1 directories moved out of the project again while checked"),
             "{text}"
         );
     }

@@ -68,7 +68,7 @@ const GENERIC: &[(&str, Case)] = cases![
     a_pod_that_keeps_escaping_is_fenced_and_ends_within_twice_its_size,
     a_file_escaped_a_thousand_directories_down_is_found_and_charged_back,
     what_the_check_cannot_reach_makes_the_volume_abnormal_naming_it,
-    a_flood_of_symlinks_and_fifos_in_an_escaped_directory_is_fenced_and_stopped,
+    a_flood_of_symlinks_and_fifos_in_an_escaped_directory_is_fenced_and_made_again_in_the_project,
     a_large_volume_does_not_hold_back_a_neighbours_check,
     a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
     a_deletion_cut_short_ends_once_its_set_aside_data_is_removed,

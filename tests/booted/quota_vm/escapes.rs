@@ -425,8 +425,8 @@ pub fn measure_the_quota_check_walk_per_10000_files(kind: FsKind) {
         if cache == "cold" {
             std::fs::write("/proc/sys/vm/drop_caches", b"3").expect("drop caches");
         }
-        let walk =
-            escape_walk::walk(&vol, FIRST, None, &mut |_| ControlFlow::Continue(())).expect("walk");
+        let walk = escape_walk::walk(&vol, FIRST, None, None, &mut |_| ControlFlow::Continue(()))
+            .expect("walk");
         walks.push((cache, walk));
     }
     let (_, first) = &walks[0];

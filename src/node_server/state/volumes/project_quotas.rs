@@ -249,6 +249,23 @@ impl VolumeQuotas {
         }
     }
 
+    /// While the quota check makes a volume's escaped symlinks, FIFOs and the like again in
+    /// its project: no inode limit (XFS holds root to it too, and they must come back however
+    /// many the pod made). The check puts the limit back ([`Self::apply`], or
+    /// [`Self::freeze_inodes`]) when its walk ends.
+    pub fn lift_inodes(&self, record: &Record) -> Result<(), QuotaError> {
+        match (self, record.project_id) {
+            (Self::Enforcing { fs, .. }, Some(id)) => {
+                let lifted = Limits {
+                    inodes: 0,
+                    ..limits(record)
+                };
+                fs.set_limits(id, lifted)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// A fenced volume ([`escapes`](crate::node_server::state::escapes)) may make no new
     /// inodes: its inode limit is set to one (0 would mean none), below what it holds, so the
     /// filesystem refuses every new one (a limit at what it holds would let each inode the pod

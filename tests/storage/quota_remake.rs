@@ -1,0 +1,280 @@
+//! The quota check's walk making an escaped directory's symlinks, FIFOs, sockets and device
+//! nodes again in the volume's project, on a real XFS. XFS keeps project IDs without quota
+//! enforcement, so this kernel (which has no project quotas) can run it; what the limits then
+//! do is `booted::quota_vm`'s. A special inode's project is read with `file_getattr`
+//! (Linux 6.17): the walk itself never needs it.
+
+use std::ffi::CString;
+use std::ops::ControlFlow;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
+use std::path::Path;
+
+use csi_nodekit::linux::quota::escape_walk::{self, Remakes};
+use csi_nodekit::linux::quota::sys::{self, FS_XFLAG_PROJINHERIT};
+
+use crate::common::scratch_fs::{Kind, ScratchFs};
+
+const WANT: u32 = 7;
+
+/// `file_getattr(2)`'s project ID of `path`, never following a symlink.
+fn project_of_any(path: &Path) -> u32 {
+    const SYS_FILE_GETATTR: libc::c_long = 468;
+    // struct file_attr: fa_xflags (u64), fa_extsize, fa_nextents, fa_projid, fa_cowextsize.
+    let mut attr = [0u32; 6];
+    let dir = std::fs::File::open(path.parent().unwrap()).unwrap();
+    let name = CString::new(path.file_name().unwrap().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid descriptor, NUL-terminated name and a buffer of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            SYS_FILE_GETATTR,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            attr.as_mut_ptr(),
+            24usize,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "file_getattr of {} (needs Linux 6.17 or later to read a special inode's project): {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    attr[4]
+}
+
+fn set_project(dir: &Path, projid: u32, inherit: bool) {
+    let file = std::fs::File::open(dir).unwrap();
+    let mut attr = sys::get_fsxattr(std::os::fd::AsFd::as_fd(&file)).unwrap();
+    attr.projid = projid;
+    attr.xflags = match inherit {
+        true => attr.xflags | FS_XFLAG_PROJINHERIT,
+        false => attr.xflags & !FS_XFLAG_PROJINHERIT,
+    };
+    sys::set_fsxattr(std::os::fd::AsFd::as_fd(&file), &attr).unwrap();
+}
+
+fn walk_with_remakes(vol: &Path, aside: &Path) -> escape_walk::Walk {
+    walk_for(vol, aside, &mut Default::default(), u64::MAX)
+}
+
+/// A walk with the directories `pending` from earlier walks, stopped after `inodes`.
+fn walk_for(
+    vol: &Path,
+    aside: &Path,
+    pending: &mut escape_walk::Pending,
+    inodes: u64,
+) -> escape_walk::Walk {
+    let lift = || false;
+    let mut remakes = Remakes {
+        aside,
+        lift: &lift,
+        pending: std::mem::take(pending),
+    };
+    let walk = escape_walk::walk(vol, WANT, None, Some(&mut remakes), &mut |t| match t.inodes
+        >= inodes
+    {
+        true => ControlFlow::Break(()),
+        false => ControlFlow::Continue(()),
+    })
+    .expect("walk");
+    *pending = remakes.pending;
+    walk
+}
+
+#[test]
+#[ignore = "needs root: mounts an XFS on a loop device"]
+fn an_escaped_directorys_symlinks_fifos_sockets_and_devices_are_made_again_in_the_volumes_project()
+{
+    let fs = ScratchFs::new(Kind::Xfs);
+    let vol = fs.path().join("vol");
+    let aside = fs.path().join(".aside");
+    std::fs::create_dir(&vol).unwrap();
+    set_project(&vol, WANT, true);
+    // A directory the pod moved to project 0, and what it made there meanwhile.
+    let out = vol.join("out");
+    std::fs::create_dir(&out).unwrap();
+    set_project(&out, 0, false);
+    symlink("/nowhere/at/all", out.join("link")).unwrap();
+    nix::unistd::mkfifo(
+        &out.join("fifo"),
+        nix::sys::stat::Mode::from_bits(0o640).unwrap(),
+    )
+    .unwrap();
+    std::fs::set_permissions(out.join("fifo"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(out.join("sock")).unwrap();
+    let null = nix::sys::stat::makedev(1, 3);
+    let kind = nix::sys::stat::SFlag::S_IFCHR;
+    nix::sys::stat::mknod(&out.join("null"), kind, nix::sys::stat::Mode::S_IRUSR, null).unwrap();
+    for name in ["link", "fifo", "sock", "null"] {
+        let path = out.join(name);
+        let owner = nix::unistd::Uid::from_raw(1000);
+        nix::unistd::fchownat(
+            nix::fcntl::AT_FDCWD,
+            &path,
+            Some(owner),
+            Some(nix::unistd::Gid::from_raw(1001)),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+        let t = nix::sys::time::TimeSpec::new(1_000_000_000, 5);
+        nix::sys::stat::utimensat(
+            nix::fcntl::AT_FDCWD,
+            &path,
+            &t,
+            &t,
+            nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+        )
+        .unwrap();
+        assert_eq!(project_of_any(&path), 0, "{name} starts outside");
+    }
+    // A hard-linked FIFO cannot be made again without splitting its names: said, not done.
+    nix::unistd::mkfifo(&out.join("linked"), nix::sys::stat::Mode::S_IRUSR).unwrap();
+    std::fs::hard_link(out.join("linked"), vol.join("other-name")).unwrap();
+    // A symlink in a directory that never escaped is left alone.
+    symlink("/elsewhere", vol.join("kept")).unwrap();
+    let kept_ino = std::fs::symlink_metadata(vol.join("kept")).unwrap().ino();
+    let before: Vec<_> = ["link", "fifo", "sock", "null"]
+        .iter()
+        .map(|n| std::fs::symlink_metadata(out.join(n)).unwrap())
+        .collect();
+
+    let walk = walk_with_remakes(&vol, &aside);
+
+    assert_eq!(walk.tally.remade, 4, "{:?}", walk.tally);
+    assert_eq!(
+        walk.tally.unreached, 1,
+        "the hard-linked FIFO: {:?}",
+        walk.tally
+    );
+    let said = walk.tally.first_error.clone().unwrap_or_default();
+    assert!(said.contains("hard-linked"), "{said}");
+    for (name, was) in ["link", "fifo", "sock", "null"].iter().zip(&before) {
+        let path = out.join(name);
+        let now = std::fs::symlink_metadata(&path).unwrap();
+        assert_ne!(now.ino(), was.ino(), "{name} is a new inode");
+        assert_eq!(
+            project_of_any(&path),
+            WANT,
+            "{name} is in the volume's project"
+        );
+        assert_eq!(
+            (now.mode(), now.uid(), now.gid(), now.rdev()),
+            (was.mode(), was.uid(), was.gid(), was.rdev()),
+            "{name} keeps its kind, mode, owner and device"
+        );
+        assert_eq!(
+            (now.mtime(), now.mtime_nsec()),
+            (1_000_000_000, 5),
+            "{name}"
+        );
+        assert_eq!(
+            (now.atime(), now.atime_nsec()),
+            (1_000_000_000, 5),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(out.join("link")).unwrap(),
+        Path::new("/nowhere/at/all")
+    );
+    let kinds = |n: &str| std::fs::symlink_metadata(out.join(n)).unwrap().file_type();
+    assert!(kinds("fifo").is_fifo() && kinds("sock").is_socket() && kinds("null").is_char_device());
+    assert_eq!(
+        project_of_any(&out.join("linked")),
+        0,
+        "the hard-linked FIFO stays"
+    );
+    let kept = std::fs::symlink_metadata(vol.join("kept")).unwrap();
+    assert_eq!(
+        kept.ino(),
+        kept_ino,
+        "a symlink in a directory that never escaped"
+    );
+    assert!(
+        !aside.exists(),
+        "the private directory is removed after the walk"
+    );
+
+    // Nothing is made again once nothing escaped.
+    assert_eq!(walk_with_remakes(&vol, &aside).tally.remade, 0);
+}
+
+#[test]
+#[ignore = "needs root: mounts an XFS on a loop device"]
+fn a_walk_cut_short_leaves_the_escaped_directory_to_the_next_which_makes_its_entries_again() {
+    let fs = ScratchFs::new(Kind::Xfs);
+    let vol = fs.path().join("vol");
+    let aside = fs.path().join(".aside");
+    std::fs::create_dir(&vol).unwrap();
+    set_project(&vol, WANT, true);
+    let out = vol.join("out");
+    std::fs::create_dir(&out).unwrap();
+    set_project(&out, 0, false);
+    for i in 0..10 {
+        symlink("/nowhere", out.join(format!("l{i}"))).unwrap();
+    }
+    let mut pending = Default::default();
+    // Stopped once it has set the directory back and made a few of its entries again.
+    let first = walk_for(&vol, &aside, &mut pending, 5);
+    assert!(first.stopped && first.tally.found(), "{:?}", first.tally);
+    assert!(first.tally.remade < 10, "{:?}", first.tally);
+    let out_ino = std::fs::metadata(&out).unwrap().ino();
+    assert!(pending.dirs.contains(&out_ino), "{pending:?}");
+    // The directory is no longer found escaped; the next walk makes the rest again anyway.
+    let second = walk_for(&vol, &aside, &mut pending, u64::MAX);
+    assert!(!second.tally.found(), "{:?}", second.tally);
+    assert_eq!(
+        first.tally.remade + second.tally.remade,
+        10,
+        "each made again once: {:?}",
+        second.tally
+    );
+    for i in 0..10 {
+        assert_eq!(project_of_any(&out.join(format!("l{i}"))), WANT, "l{i}");
+    }
+    assert!(pending.dirs.is_empty(), "nothing left: {pending:?}");
+}
+
+#[test]
+#[ignore = "needs root: mounts an XFS on a loop device"]
+fn a_directory_moved_out_again_while_its_entries_are_made_again_is_set_back_and_counted() {
+    let fs = ScratchFs::new(Kind::Xfs);
+    let vol = fs.path().join("vol");
+    let aside = fs.path().join(".aside");
+    std::fs::create_dir(&vol).unwrap();
+    set_project(&vol, WANT, true);
+    let out = vol.join("out");
+    std::fs::create_dir(&out).unwrap();
+    set_project(&out, 0, false);
+    for i in 0..10 {
+        symlink("/nowhere", out.join(format!("l{i}"))).unwrap();
+    }
+    let lift = || false;
+    let mut remakes = Remakes {
+        aside: &aside,
+        lift: &lift,
+        pending: Default::default(),
+    };
+    // The pod's move, once the walk has set the directory back and made a few entries again.
+    let mut moved = false;
+    let walk = escape_walk::walk(&vol, WANT, None, Some(&mut remakes), &mut |t| {
+        if t.inodes == 5 && !moved {
+            set_project(&out, 0, false);
+            moved = true;
+        }
+        ControlFlow::Continue(())
+    })
+    .expect("walk");
+    assert!(moved);
+    assert_eq!(walk.tally.again, 1, "{:?}", walk.tally);
+    assert_eq!(walk.tally.remade, 10, "{:?}", walk.tally);
+    for i in 0..10 {
+        assert_eq!(project_of_any(&out.join(format!("l{i}"))), WANT, "l{i}");
+    }
+    let file = std::fs::File::open(&out).unwrap();
+    let attr = sys::get_fsxattr(std::os::fd::AsFd::as_fd(&file)).unwrap();
+    assert_eq!(attr.projid, WANT, "the directory is back in the project");
+}
