@@ -10,6 +10,8 @@
 //! - [`project`] — a directory's project ID and PROJINHERIT flag.
 //! - [`escape`] — one inode out of its volume's project, put back; the tally of a check.
 //! - [`escape_walk`] — the walk that holds a volume's tree to its project.
+//! - [`remake`] — a symlink, FIFO, socket or device node of an escaped directory made again
+//!   in the project; `remakes` — what the walk keeps of that from one walk to the next.
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
 //! - [`quota_seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake
