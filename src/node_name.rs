@@ -29,10 +29,12 @@ impl NodeName {
     }
 
     /// The name the kubelet gives its Node: a host name lower-cased, a given name as it is.
+    /// ASCII only: a Node's name is a DNS subdomain, so a host name with anything else could
+    /// never be one (and Unicode's case tables would cost the binary 2 KB).
     pub fn as_kubelet_names_it(self) -> String {
         match self {
             Self::Given(name) => name,
-            Self::Host(name) => name.to_lowercase(),
+            Self::Host(name) => name.to_ascii_lowercase(),
         }
     }
 }

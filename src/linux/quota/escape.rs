@@ -144,7 +144,7 @@ impl Tally {
         }
     }
 
-    fn name_project(&mut self, id: u32) {
+    pub(super) fn name_project(&mut self, id: u32) {
         if self.projects.len() < NAMED_PROJECTS {
             self.projects.insert(id);
         }

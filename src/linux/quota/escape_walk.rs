@@ -9,8 +9,9 @@
 //! filesystem (`st_dev`) and opens a name for the ioctl only once it is known to be a regular
 //! file or a directory (a device node's open has side effects). Only those two kinds carry an
 //! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are made again instead,
-//! where they are in a directory found escaped ([`remake`](super::remake)), and only counted
-//! elsewhere (their project cannot be read either). It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
+//! where they are in a directory found escaped ([`remake`](super::remake)), and elsewhere where
+//! the filesystem tells their project and it is another ([`xfs_bulkstat`](super::xfs_bulkstat),
+//! XFS only). It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -26,7 +27,7 @@ use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
 use super::escape::Tally;
 use super::remakes::{Mark, Remaking};
-pub use super::remakes::{Pending, Remakes};
+pub use super::remakes::{Pending, Remakes, SortedSet};
 use crate::linux::dir_stack::{DirId, DirStack, OpenDir};
 
 /// A walk: what it found and did, and what it cost.
@@ -111,11 +112,11 @@ pub fn walk(
             continue;
         };
         let dev = root_stat.st_dev;
-        let remake_here = marks.last().is_some_and(|m| m.remake);
         let repair = Repair {
             want,
             fence,
-            remaking: remaking.as_mut().filter(|_| remake_here),
+            remake_all: marks.last().is_some_and(|m| m.remake),
+            remaking: remaking.as_mut(),
         };
         if let Some((below, id, found)) = entry(level.fd(), &name, dev, repair, &mut tally) {
             marks.push(mark(&remaking, id.ino, found));
@@ -144,7 +145,8 @@ pub fn walk(
 struct Repair<'r, 'a, 'b> {
     want: u32,
     fence: Option<u32>,
-    /// Set when the entry's directory is to have its entries made again.
+    /// The entry's directory is to have its entries made again.
+    remake_all: bool,
     remaking: Option<&'r mut Remaking<'a, 'b>>,
 }
 
@@ -160,6 +162,7 @@ fn entry(
     let Repair {
         want,
         fence,
+        remake_all,
         remaking,
     } = repair;
     tally.inodes += 1;
@@ -186,7 +189,10 @@ fn entry(
         // are made again; a fence hands them over by name.
         _ => {
             let owner = fence.unwrap_or(stat.st_uid);
-            let remade = remaking.is_some_and(|r| r.remake(dir, name, &stat, want, owner, tally));
+            let remade = remaking.is_some_and(|r| match remake_all {
+                true => r.remake(dir, name, &stat, want, owner, tally),
+                false => r.remake_if_out(dir, name, &stat, want, owner, tally),
+            });
             if let Some(uid) = fence.filter(|_| !remade) {
                 tally.hand_over_entry(dir, name, &stat, uid);
             }

@@ -11,7 +11,8 @@
 //! - [`escape`] — one inode out of its volume's project, put back; the tally of a check.
 //! - [`escape_walk`] — the walk that holds a volume's tree to its project.
 //! - [`remake`] — a symlink, FIFO, socket or device node of an escaped directory made again
-//!   in the project; `remakes` — what the walk keeps of that from one walk to the next.
+//!   in the project; `remakes` — what the walk keeps of that from one walk to the next;
+//!   [`xfs_bulkstat`] — such an inode's project ID on XFS, read by its number.
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
 //! - [`quota_seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake
@@ -34,6 +35,7 @@ pub mod quota_seam;
 pub mod remake;
 mod remakes;
 pub mod sys;
+pub mod xfs_bulkstat;
 
 pub use fs::{Access, FsKind, QuotaFs, Support};
 pub use ids::{InUse, Order, PROJECT_IDS, ProjectIds, read_listed};

@@ -91,40 +91,33 @@ impl Aside {
             return Err(io::Error::other("hard-linked"));
         }
         let tmp = OsString::from(stat.st_ino.to_string());
+        let tmp = tmp.as_os_str();
         self.inherit(true)?;
         let kind = stat.st_mode & libc::S_IFMT;
         let made = match kind {
             libc::S_IFLNK => match readlinkat(dir, name) {
-                Ok(target) => symlinkat(target.as_os_str(), self.dir.as_fd(), tmp.as_os_str()),
+                Ok(target) => symlinkat(target.as_os_str(), self.dir.as_fd(), tmp),
                 // No longer a symlink, or gone.
                 Err(Errno::EINVAL | Errno::ENOENT) => return Ok(None),
                 Err(e) => return Err(e.into()),
             },
             _ => mknodat(
                 self.dir.as_fd(),
-                tmp.as_os_str(),
+                tmp,
                 SFlag::from_bits_truncate(kind),
                 Mode::S_IRUSR,
                 stat.st_rdev,
             ),
         };
         made?;
-        let ours = fstatat(
-            self.dir.as_fd(),
-            tmp.as_os_str(),
-            AtFlags::AT_SYMLINK_NOFOLLOW,
-        )?;
-        let placed = self.place(dir, name, &tmp, stat, owner);
-        let left = fstatat(
-            self.dir.as_fd(),
-            tmp.as_os_str(),
-            AtFlags::AT_SYMLINK_NOFOLLOW,
-        );
+        let ours = fstatat(self.dir.as_fd(), tmp, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        let placed = self.place(dir, name, tmp, stat, owner);
+        let left = fstatat(self.dir.as_fd(), tmp, AtFlags::AT_SYMLINK_NOFOLLOW);
         let old =
             matches!(&left, Ok(left) if left.st_ino == stat.st_ino && left.st_dev == stat.st_dev);
         match placed {
             Ok(()) if old => {
-                self.unlink(&tmp)?;
+                self.unlink(tmp)?;
                 // As the exchange left it (it changed its ctime), if still there.
                 let now = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
                 Ok((now.st_ino == ours.st_ino).then_some(now))
@@ -132,24 +125,20 @@ impl Aside {
             // Swapped for another entry since it was looked at: given back as it was. Swapped
             // again meanwhile, what came back is not ours: kept here, not removed.
             Ok(()) => {
-                self.exchange(dir, name, &tmp)?;
-                let back = fstatat(
-                    self.dir.as_fd(),
-                    tmp.as_os_str(),
-                    AtFlags::AT_SYMLINK_NOFOLLOW,
-                );
+                self.exchange(dir, name, tmp)?;
+                let back = fstatat(self.dir.as_fd(), tmp, AtFlags::AT_SYMLINK_NOFOLLOW);
                 if matches!(back, Ok(back) if back.st_ino == ours.st_ino) {
-                    self.unlink(&tmp)?;
+                    self.unlink(tmp)?;
                 }
                 Ok(None)
             }
             // Gone, or its directory moved to another project again: the next walk's.
             Err(Errno::ENOENT | Errno::EXDEV) => {
-                self.unlink(&tmp)?;
+                self.unlink(tmp)?;
                 Ok(None)
             }
             Err(e) => {
-                let _ = self.unlink(&tmp);
+                let _ = self.unlink(tmp);
                 Err(e.into())
             }
         }

@@ -89,7 +89,7 @@ pub struct Escapes {
     large: Mutex<std::collections::HashSet<String>>,
     /// Per volume, the directories (by inode) whose symlinks, FIFOs and the like a walk has
     /// still to make again in the project ([`Remakes`](crate::linux::quota::escape_walk::Remakes)).
-    remakes: Mutex<HashMap<String, Pending>>,
+    remakes: Mutex<Vec<(String, Pending)>>,
     episodes_total: AtomicU64,
     inodes: AtomicU64,
     bytes: AtomicU64,
@@ -243,21 +243,23 @@ impl Escapes {
     /// The directories of volume `id` whose entries are still to be made again (taken for a
     /// walk, which gives back what it leaves, [`Self::keep_remakes`]).
     pub fn take_remakes(&self, id: &str) -> Pending {
-        crate::mutex::lock(&self.remakes)
-            .remove(id)
-            .unwrap_or_default()
+        let mut all = crate::mutex::lock(&self.remakes);
+        match all.iter().position(|(of, _)| of == id) {
+            Some(at) => all.swap_remove(at).1,
+            None => Pending::default(),
+        }
     }
 
     pub fn keep_remakes(&self, id: &str, pending: Pending) {
         if !pending.dirs.is_empty() {
-            crate::mutex::lock(&self.remakes).insert(id.to_owned(), pending);
+            crate::mutex::lock(&self.remakes).push((id.to_owned(), pending));
         }
     }
 
     /// Forgets the episodes of volumes that are gone.
     pub fn retain(&self, mut live: impl FnMut(&str) -> bool) {
         self.episodes().retain(|id, _| live(id));
-        crate::mutex::lock(&self.remakes).retain(|id, _| live(id));
+        crate::mutex::lock(&self.remakes).retain(|(id, _)| live(id));
         crate::mutex::lock(&self.fenced).retain(|id| live(id));
         crate::mutex::lock(&self.large).retain(|id| live(id));
     }

@@ -339,8 +339,9 @@ pub fn writer_main() {
     let (mut wrote, mut errno, mut attr_errno) = (0u64, 0, 0);
     let mut started = std::time::Instant::now();
     let errno_of = |e: std::io::Error| e.raw_os_error().unwrap_or(-1);
-    if std::env::var("QUOTA_VM_WRITER_MODE").as_deref() == Ok("flood") {
-        let (made, moves, last) = flood(Path::new(&file), cap);
+    let mode = std::env::var("QUOTA_VM_WRITER_MODE").unwrap_or_default();
+    if mode == "flood" || mode == "hidden-flood" {
+        let (made, moves, last) = flood(Path::new(&file), cap, mode == "hidden-flood");
         println!(
             "quota-vm-writer: wrote={made} errno={last} capeff={cap_eff} attrerrno={moves} ms={}",
             started.elapsed().as_millis()
@@ -495,23 +496,38 @@ fn escape_again_and_again(dir: &Path, millis: u64) -> (u64, u64, i32) {
 
 /// A pod flooding its volume with what the quota check cannot move, for `millis`: moves the
 /// directory `dir` (made if missing) to project 0, makes a batch of symlinks and FIFOs in it,
-/// and again. The entries it made, its successful moves, and the last errno it met.
-fn flood(dir: &Path, millis: u64) -> (u64, u64, i32) {
+/// and again. `hidden`: it moves the directory back into its project after each (smaller)
+/// batch and waits there, so a walk rarely finds the directory out. The entries it made, its
+/// successful moves, and the last errno it met.
+fn flood(dir: &Path, millis: u64, hidden: bool) -> (u64, u64, i32) {
     let started = std::time::Instant::now();
     let until = started + std::time::Duration::from_millis(millis);
     let _ = std::fs::create_dir(dir);
+    // Its project, to move it back to (none if the pod could not make it: then nothing more
+    // is made either, which is what a fenced pod's flood is run to show).
+    let home = std::fs::File::open(dir).ok().map_or(0, |file| {
+        use std::os::fd::AsFd;
+        csi_nodekit::linux::quota::sys::get_fsxattr(file.as_fd()).map_or(0, |a| a.projid)
+    });
+    let batch = if hidden { HIDDEN_BATCH } else { FLOOD_BATCH };
     let (mut made, mut moves, mut last) = (0u64, 0u64, 0i32);
+    let move_out = |moves: &mut u64, last: &mut i32| match change_attr(dir, "project=0") {
+        0 => *moves += 1,
+        errno => *last = errno,
+    };
     while std::time::Instant::now() < until {
-        match change_attr(dir, "project=0") {
-            0 => moves += 1,
-            errno => last = errno,
+        if !hidden {
+            move_out(&mut moves, &mut last);
         }
         let due = std::time::Duration::from_secs_f64(made as f64 / FLOOD_RATE as f64);
         if let Some(ahead) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(ahead);
         }
+        if hidden {
+            move_out(&mut moves, &mut last);
+        }
         let mut refused = false;
-        for _ in 0..FLOOD_BATCH {
+        for _ in 0..batch {
             // Named by this run too: a second flood in the same directory meets no old name.
             let name = dir.join(format!("n{made}-{}", std::process::id()));
             let result = match made % 2 {
@@ -528,6 +544,9 @@ fn flood(dir: &Path, millis: u64) -> (u64, u64, i32) {
                 }
             }
         }
+        if hidden {
+            change_attr(dir, &format!("project={home}"));
+        }
         if refused {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
@@ -538,11 +557,21 @@ fn flood(dir: &Path, millis: u64) -> (u64, u64, i32) {
 /// Entries the flood makes between two moves of its directory.
 const FLOOD_BATCH: u64 = 500;
 
+/// Entries the hidden flood makes while its directory is out.
+const HIDDEN_BATCH: u64 = 50;
+
 /// Runs the flood of [`flood`] in `dir` as uid 1000 for `millis`; `bytes` counts entries made.
 pub fn keep_flooding(dir: &Path, millis: u64) -> Written {
     let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
     cmd.uid(POD_UID).gid(POD_UID);
     writer_result(writer_command(cmd, "flood", dir, millis))
+}
+
+/// The flood of [`flood`] moving its directory back after each batch, as uid 1000.
+pub fn keep_flooding_hidden(dir: &Path, millis: u64) -> Written {
+    let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+    cmd.uid(POD_UID).gid(POD_UID);
+    writer_result(writer_command(cmd, "hidden-flood", dir, millis))
 }
 
 /// How much the escaper writes into one file before it takes the next.
