@@ -340,3 +340,84 @@ fn on_xfs_a_symlink_or_fifo_out_of_the_project_in_a_directory_that_is_back_is_fo
         .ino();
     assert_eq!(in_now, in_ino, "an entry in the project is left alone");
 }
+
+/// Sets a regular file's project (it can be opened), as a pod moving it out does.
+fn set_file_project(path: &Path, projid: u32) {
+    let file = std::fs::File::open(path).unwrap();
+    let mut attr = sys::get_fsxattr(std::os::fd::AsFd::as_fd(&file)).unwrap();
+    attr.projid = projid;
+    sys::set_fsxattr(std::os::fd::AsFd::as_fd(&file), &attr).unwrap();
+}
+
+#[test]
+#[ignore = "needs root: mounts an XFS on a loop device"]
+fn a_pod_swapping_names_while_entries_are_made_again_loses_nothing_in_a_thousand_rounds() {
+    const ROUNDS: usize = 1_000;
+    let fs = ScratchFs::new(Kind::Xfs);
+    let vol = fs.path().join("vol");
+    let aside = fs.path().join(".aside");
+    std::fs::create_dir(&vol).unwrap();
+    set_project(&vol, WANT, true);
+    let dir = vol.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let (link, file) = (dir.join("s"), dir.join("x"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swaps = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (mut swapped_rounds, mut remade) = (0, 0);
+    for round in 0..ROUNDS {
+        // A symlink and a file with data, both out of the project, swapped over and over.
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_file(&file);
+        symlink("/nowhere", &link).unwrap();
+        std::fs::write(&file, b"data").unwrap();
+        set_project_of_any(&link, 0);
+        set_file_project(&file, 0);
+        stop.store(false, std::sync::atomic::Ordering::SeqCst);
+        let racer = {
+            let (stop, swaps, link, file) =
+                (stop.clone(), swaps.clone(), link.clone(), file.clone());
+            std::thread::spawn(move || {
+                let flag = nix::fcntl::RenameFlags::RENAME_EXCHANGE;
+                let at = nix::fcntl::AT_FDCWD;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if nix::fcntl::renameat2(at, &link, at, &file, flag).is_ok() {
+                        swaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let walk = walk_with_remakes(&vol, &aside);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        racer.join().unwrap();
+        swapped_rounds += usize::from(walk.tally.skipped > 0);
+        remade += walk.tally.remade;
+        // Both names are there, one the symlink and one the file with its data, whatever
+        // the walk met: nothing was removed that was not the inode it looked at.
+        let kinds: Vec<_> = [&link, &file]
+            .iter()
+            .map(|p| std::fs::symlink_metadata(p).unwrap().file_type())
+            .collect();
+        assert_eq!(
+            kinds.iter().filter(|k| k.is_symlink()).count(),
+            1,
+            "round {round}: {:?}",
+            walk.tally
+        );
+        let data = [&link, &file]
+            .iter()
+            .find(|p| std::fs::symlink_metadata(p).unwrap().is_file())
+            .map(|p| std::fs::read(p).unwrap());
+        assert_eq!(data.as_deref(), Some(&b"data"[..]), "round {round}");
+        assert!(
+            !aside.exists(),
+            "round {round}: the private directory is left with {:?}",
+            std::fs::read_dir(&aside).map(|d| d.count())
+        );
+    }
+    let swaps = swaps.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "{ROUNDS} rounds, {swaps} swaps by the pod: {remade} entries made again, {swapped_rounds} \
+         rounds met an entry that changed while it was checked or made again (left, or given back)"
+    );
+    assert!(swaps > ROUNDS as u64, "the pod swapped throughout: {swaps}");
+}

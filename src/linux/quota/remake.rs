@@ -125,7 +125,13 @@ impl Aside {
             // Swapped for another entry since it was looked at: given back as it was. Swapped
             // again meanwhile, what came back is not ours: kept here, not removed.
             Ok(()) => {
-                self.exchange(dir, name, tmp)?;
+                if self.exchange(dir, name, tmp) == Err(Errno::EXDEV) {
+                    // In another project, which the kernel will not let into the directory:
+                    // set into the volume's first, as the walk would (a regular file or a
+                    // directory; anything else stays here, and the next start removes it).
+                    self.adopt(tmp)?;
+                    self.exchange(dir, name, tmp)?;
+                }
                 let back = fstatat(self.dir.as_fd(), tmp, AtFlags::AT_SYMLINK_NOFOLLOW);
                 if matches!(back, Ok(back) if back.st_ino == ours.st_ino) {
                     self.unlink(tmp)?;
@@ -180,6 +186,20 @@ impl Aside {
         }
         self.again.set(self.again.get() + 1);
         sys::set_fsxattr(dir, &put_back(&attr, true, self.want))
+    }
+
+    /// A regular file or directory a pod swapped in, found here, set into the volume's
+    /// project (opened here, where only root reaches, never through a symlink).
+    fn adopt(&self, tmp: &OsStr) -> io::Result<()> {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let kind = fstatat(self.dir.as_fd(), tmp, AtFlags::AT_SYMLINK_NOFOLLOW)?.st_mode;
+        if !matches!(kind & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR) {
+            return Err(Errno::EXDEV.into());
+        }
+        let fd = nix::fcntl::openat(self.dir.as_fd(), tmp, flags, Mode::empty())?;
+        let attr = sys::get_fsxattr(fd.as_fd())?;
+        let dir = kind & libc::S_IFMT == libc::S_IFDIR;
+        sys::set_fsxattr(fd.as_fd(), &put_back(&attr, dir, self.want))
     }
 
     fn exchange(&self, dir: BorrowedFd<'_>, name: &OsStr, tmp: &OsStr) -> Result<(), Errno> {
