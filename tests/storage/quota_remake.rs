@@ -88,11 +88,7 @@ fn walk_for(
 #[ignore = "needs root: mounts an XFS on a loop device"]
 fn an_escaped_directorys_symlinks_fifos_sockets_and_devices_are_made_again_in_the_volumes_project()
 {
-    let fs = ScratchFs::new(Kind::Xfs);
-    let vol = fs.path().join("vol");
-    let aside = fs.path().join(".aside");
-    std::fs::create_dir(&vol).unwrap();
-    set_project(&vol, WANT, true);
+    let (_fs, vol, aside) = volume_on_xfs();
     // A directory the pod moved to project 0, and what it made there meanwhile.
     let out = vol.join("out");
     std::fs::create_dir(&out).unwrap();
@@ -204,13 +200,21 @@ fn an_escaped_directorys_symlinks_fifos_sockets_and_devices_are_made_again_in_th
     assert_eq!(walk_with_remakes(&vol, &aside).tally.remade, 0);
 }
 
+/// A fresh XFS with a volume `vol` in project [`WANT`] (with PROJINHERIT), and a path beside
+/// it for the walk's private directory.
+fn volume_on_xfs() -> (ScratchFs, std::path::PathBuf, std::path::PathBuf) {
+    let fs = ScratchFs::new(Kind::Xfs);
+    let vol = fs.path().join("vol");
+    let aside = fs.path().join(".aside");
+    std::fs::create_dir(&vol).unwrap();
+    set_project(&vol, WANT, true);
+    (fs, vol, aside)
+}
+
 /// A volume in project [`WANT`] on a fresh XFS, and its directory `out` moved to project 0
 /// with ten symlinks made there meanwhile.
 fn ten_symlinks_out_of_the_project() -> (ScratchFs, std::path::PathBuf, std::path::PathBuf) {
-    let fs = ScratchFs::new(Kind::Xfs);
-    let vol = fs.path().join("vol");
-    std::fs::create_dir(&vol).unwrap();
-    set_project(&vol, WANT, true);
+    let (fs, vol, _) = volume_on_xfs();
     let out = vol.join("out");
     std::fs::create_dir(&out).unwrap();
     set_project(&out, 0, false);
@@ -304,11 +308,7 @@ fn set_project_of_any(path: &Path, projid: u32) {
 #[ignore = "needs root: mounts an XFS on a loop device"]
 fn on_xfs_a_symlink_or_fifo_out_of_the_project_in_a_directory_that_is_back_is_found_and_made_again()
 {
-    let fs = ScratchFs::new(Kind::Xfs);
-    let vol = fs.path().join("vol");
-    let aside = fs.path().join(".aside");
-    std::fs::create_dir(&vol).unwrap();
-    set_project(&vol, WANT, true);
+    let (_fs, vol, aside) = volume_on_xfs();
     let dir = vol.join("d");
     std::fs::create_dir(&dir).unwrap();
     symlink("/nowhere", dir.join("out-link")).unwrap();
@@ -353,11 +353,7 @@ fn set_file_project(path: &Path, projid: u32) {
 #[ignore = "needs root: mounts an XFS on a loop device"]
 fn a_pod_swapping_names_while_entries_are_made_again_loses_nothing_in_a_thousand_rounds() {
     const ROUNDS: usize = 1_000;
-    let fs = ScratchFs::new(Kind::Xfs);
-    let vol = fs.path().join("vol");
-    let aside = fs.path().join(".aside");
-    std::fs::create_dir(&vol).unwrap();
-    set_project(&vol, WANT, true);
+    let (_fs, vol, aside) = volume_on_xfs();
     let dir = vol.join("d");
     std::fs::create_dir(&dir).unwrap();
     let (link, file) = (dir.join("s"), dir.join("x"));

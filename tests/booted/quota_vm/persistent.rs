@@ -239,15 +239,7 @@ pub fn a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_p
             m.contains("another project")
         })
         .await;
-        let (inodes, charged) = loop {
-            let inodes = entries(&served.volume_dir(&id));
-            fs.sync();
-            let charged = q.usage(project).unwrap().inodes;
-            if inodes <= charged || started.elapsed() > Duration::from_secs(90) {
-                break (inodes, charged);
-            }
-            std::thread::sleep(Duration::from_secs(2));
-        };
+        let (inodes, charged) = until_all_charged(&fs, &q, &served.volume_dir(&id), project, started, 90);
         figure(
             kind,
             format_args!(
@@ -303,17 +295,9 @@ fn flood_case(kind: FsKind) {
         let fresh = keep(&pod.target.join("fresh"), 5_000);
         // What the flood made while its directory was out of the project is made again in
         // it by the walks: every entry the volume holds ends charged to it.
-        // Looked at every 5 s, and by names alone: the VM has one CPU, which the walks need.
         let stopped = Instant::now();
-        let (inodes, charged) = loop {
-            let inodes = entries(&served.volume_dir(&id));
-            fs.sync();
-            let charged = q.usage(project).unwrap().inodes;
-            if inodes <= charged || stopped.elapsed() > Duration::from_secs(120) {
-                break (inodes, charged);
-            }
-            std::thread::sleep(Duration::from_secs(5));
-        };
+        let (inodes, charged) =
+            until_all_charged(&fs, &q, &served.volume_dir(&id), project, stopped, 120);
         let (_, message, _) = condition(&mut csi, &id, &pod.target).await;
         figure(
             kind,
@@ -353,6 +337,28 @@ fn flood_case(kind: FsKind) {
         );
         remove(&mut csi, &id, &pod).await;
     });
+}
+
+/// The inodes of the tree at `dir` and those charged to `project`, once every one is charged
+/// or `secs` after `since`; looked at every 5 s, and by names alone: the VM has one CPU, which
+/// the walks need.
+fn until_all_charged(
+    fs: &TestFs,
+    q: &csi_nodekit::linux::quota::QuotaFs,
+    dir: &std::path::Path,
+    project: u32,
+    since: Instant,
+    secs: u64,
+) -> (u64, u64) {
+    loop {
+        let inodes = entries(dir);
+        fs.sync();
+        let charged = q.usage(project).unwrap().inodes;
+        if inodes <= charged || since.elapsed() > Duration::from_secs(secs) {
+            return (inodes, charged);
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
 }
 
 /// The inodes of the tree at `dir` (itself included), by names and their directory entries'
