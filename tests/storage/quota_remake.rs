@@ -417,3 +417,43 @@ fn a_pod_swapping_names_while_entries_are_made_again_loses_nothing_in_a_thousand
     );
     assert!(swaps > ROUNDS as u64, "the pod swapped throughout: {swaps}");
 }
+
+#[test]
+#[ignore = "needs root: mounts an XFS on a loop device"]
+fn an_entry_replaced_after_it_was_looked_at_is_given_back_as_it_is_not_made_again() {
+    use csi_nodekit::linux::quota::remake::Aside;
+    let (_fs, vol, aside) = volume_on_xfs();
+    let name = vol.join("s");
+    symlink("/first", &name).unwrap();
+    let looked_at = nix::sys::stat::lstat(&name).unwrap();
+    // The pod puts another symlink under the name between the walk's look and the remake.
+    std::fs::remove_file(&name).unwrap();
+    symlink("/second", &name).unwrap();
+    let replaced = std::fs::symlink_metadata(&name).unwrap().ino();
+    assert_ne!(replaced, looked_at.st_ino);
+    let private = Aside::open(&aside, WANT).unwrap();
+    let dir = std::fs::File::open(&vol).unwrap();
+
+    let made = private
+        .remake(
+            std::os::fd::AsFd::as_fd(&dir),
+            std::ffi::OsStr::new("s"),
+            &looked_at,
+            0,
+        )
+        .unwrap();
+
+    assert!(made.is_none(), "nothing was made again: {made:?}");
+    let now = std::fs::symlink_metadata(&name).unwrap();
+    assert_eq!(
+        now.ino(),
+        replaced,
+        "the pod's symlink is back under its name"
+    );
+    assert_eq!(std::fs::read_link(&name).unwrap(), Path::new("/second"));
+    assert_eq!(
+        std::fs::read_dir(&aside).unwrap().count(),
+        0,
+        "and nothing is left aside"
+    );
+}
