@@ -10,8 +10,8 @@
 //! file or a directory (a device node's open has side effects). Only those two kinds carry an
 //! ID the ioctl can reach: symlinks, device nodes, FIFOs and sockets are made again instead,
 //! where they are in a directory found escaped ([`remake`](super::remake)), and elsewhere where
-//! the filesystem tells their project and it is another ([`xfs_bulkstat`](super::xfs_bulkstat),
-//! XFS only). It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
+//! their own project is another (read on XFS, [`xfs_bulkstat`](super::xfs_bulkstat); asked by a
+//! hard link on ext4). It goes as deep as the tree does, with a bounded number of descriptors ([`DirStack`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -131,7 +131,7 @@ pub fn walk(
         stopped = tick(&tally).is_break();
     }
     if let Some(remaking) = remaking.as_mut() {
-        remaking.finish(marks);
+        remaking.finish(marks, !stopped && tally.unreached == 0);
     }
     Ok(Walk {
         tally,

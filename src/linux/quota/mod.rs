@@ -12,7 +12,8 @@
 //! - [`escape_walk`] — the walk that holds a volume's tree to its project.
 //! - [`remake`] — a symlink, FIFO, socket or device node of an escaped directory made again
 //!   in the project; `remakes` — what the walk keeps of that from one walk to the next;
-//!   [`xfs_bulkstat`] — such an inode's project ID on XFS, read by its number.
+//!   [`xfs_bulkstat`] — such an inode's project ID on XFS, read by its number (on ext4 it
+//!   is asked by a hard link, `Aside::probe`).
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
 //! - [`quota_seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake

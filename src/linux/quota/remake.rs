@@ -10,6 +10,10 @@
 //! removed: only root reaches the private directory. What is lost is the inode number, ctime
 //! and extended attributes (a security label is the new inode's by policy); a process holding
 //! the old FIFO or socket open keeps the old one.
+//!
+//! Whether such an inode is in the project at all is asked the same way where nothing else
+//! tells (ext4): [`Aside::probe`] links it into the private directory, which the kernel refuses
+//! for an inode of another project.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -23,7 +27,7 @@ use nix::sys::stat::{
     mknodat, utimensat,
 };
 use nix::sys::time::TimeSpec;
-use nix::unistd::{Gid, Uid, UnlinkatFlags, fchownat, symlinkat, unlinkat};
+use nix::unistd::{Gid, Uid, UnlinkatFlags, fchownat, linkat, symlinkat, unlinkat};
 
 use super::escape::{escape, put_back};
 use super::sys::{self, FS_XFLAG_PROJINHERIT};
@@ -36,6 +40,19 @@ pub struct Aside {
     /// Directories found moved out of the project again while their entries were made again
     /// (their pod took them out after the walk set them back), since last taken.
     pub again: std::cell::Cell<u64>,
+    /// Whether the directory has PROJINHERIT now, once set by [`Self::inherit`].
+    inheriting: std::cell::Cell<Option<bool>>,
+}
+
+/// What [`Aside::probe`] learnt of an inode.
+#[derive(Debug)]
+pub enum Probe {
+    /// In the volume's project; the inode as the probe left it (it changed its ctime).
+    In(FileStat),
+    /// In another project.
+    Out,
+    /// Gone, or another inode under its name meanwhile: left for the next walk.
+    Gone,
 }
 
 impl Aside {
@@ -59,13 +76,46 @@ impl Aside {
             dir,
             want,
             again: std::cell::Cell::new(0),
+            inheriting: std::cell::Cell::new(None),
         })
+    }
+
+    /// Whether `name` of `dir` (looked at as `stat`) is in the volume's project, asked of the
+    /// kernel: ext4 and XFS refuse (EXDEV) a hard link into a PROJINHERIT directory to an
+    /// inode of another project. The one way to tell a symlink's, FIFO's, socket's or device
+    /// node's project on ext4, which no ioctl or syscall reads. The link, made here where
+    /// only root reaches, is removed at once; the inode keeps everything but its ctime.
+    pub fn probe(&self, dir: BorrowedFd<'_>, name: &OsStr, stat: &FileStat) -> io::Result<Probe> {
+        let tmp = OsString::from(format!("probe-{}", stat.st_ino));
+        let tmp = tmp.as_os_str();
+        self.inherit(true)?;
+        // Without AT_SYMLINK_FOLLOW: a symlink is linked itself.
+        match linkat(dir, name, self.dir.as_fd(), tmp, AtFlags::empty()) {
+            Ok(()) => {}
+            Err(Errno::EXDEV) => return Ok(Probe::Out),
+            Err(Errno::ENOENT) => return Ok(Probe::Gone),
+            Err(e) => return Err(e.into()),
+        }
+        let linked = fstatat(self.dir.as_fd(), tmp, AtFlags::AT_SYMLINK_NOFOLLOW);
+        self.unlink(tmp)?;
+        if linked?.st_ino != stat.st_ino {
+            return Ok(Probe::Gone);
+        }
+        match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(now) if now.st_ino == stat.st_ino => Ok(Probe::In(now)),
+            Ok(_) | Err(Errno::ENOENT) => Ok(Probe::Gone),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Its project and, while new inodes are made, PROJINHERIT. Without it while exchanging:
     /// ext4 refuses to move an inode into a PROJINHERIT directory of another project, and the
     /// old inode comes here.
     fn inherit(&self, on: bool) -> io::Result<()> {
+        if self.inheriting.get() == Some(on) {
+            return Ok(());
+        }
+        self.inheriting.set(None);
         let fd = self.dir.as_fd();
         let mut attr = sys::get_fsxattr(fd)?;
         attr.projid = self.want;
@@ -73,7 +123,9 @@ impl Aside {
             true => attr.xflags | FS_XFLAG_PROJINHERIT,
             false => attr.xflags & !FS_XFLAG_PROJINHERIT,
         };
-        sys::set_fsxattr(fd, &attr)
+        sys::set_fsxattr(fd, &attr)?;
+        self.inheriting.set(Some(on));
+        Ok(())
     }
 
     /// Makes `name` of `dir` (looked at as `stat`, a symlink, FIFO, socket or device node)

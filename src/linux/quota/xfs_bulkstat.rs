@@ -1,8 +1,8 @@
 //! The project ID of any inode of an XFS, by its number (`XFS_IOC_FSBULKSTAT_SINGLE`, root
 //! only): the one way before Linux 6.17 to read it for a symlink, FIFO, socket or device node,
 //! which no descriptor of theirs reaches `FS_IOC_FSGETXATTR` through. ext4 has none (and its
-//! `file_getattr` refuses special files even on 6.18), so there such an inode's project is
-//! known only from its directory's.
+//! `file_getattr` refuses special files even on 6.18): there the walk asks by a hard link
+//! instead ([`Aside::probe`](super::remake::Aside::probe)).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};

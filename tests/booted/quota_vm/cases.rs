@@ -69,6 +69,7 @@ const GENERIC: &[(&str, Case)] = cases![
     a_file_escaped_a_thousand_directories_down_is_found_and_charged_back,
     what_the_check_cannot_reach_makes_the_volume_abnormal_naming_it,
     a_flood_of_symlinks_and_fifos_in_an_escaped_directory_is_fenced_and_made_again_in_the_project,
+    a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_project,
     a_large_volume_does_not_hold_back_a_neighbours_check,
     a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_plain_delete_releases,
     a_deletion_cut_short_ends_once_its_set_aside_data_is_removed,
@@ -103,20 +104,13 @@ pub fn names_on(fs: &str) -> Vec<String> {
         .collect()
 }
 
-/// XFS alone tells a symlink's or FIFO's project (see the case).
-const XFS_HIDDEN_FLOOD: &str =
-    "xfs::a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_project";
-
 fn all_names() -> Vec<String> {
     ["xfs", "ext4"]
         .iter()
         .flat_map(|fs| GENERIC.iter().map(move |(name, _)| format!("{fs}::{name}")))
         .chain(
-            [
-                "ext4::without_the_project_feature_directories_cannot_get_a_project",
-                XFS_HIDDEN_FLOOD,
-            ]
-            .map(str::to_owned),
+            ["ext4::without_the_project_feature_directories_cannot_get_a_project"]
+                .map(str::to_owned),
         )
         .collect()
 }
@@ -125,9 +119,6 @@ fn all_names() -> Vec<String> {
 pub fn run_one(name: &str) {
     if name == "ext4::without_the_project_feature_directories_cannot_get_a_project" {
         return without_the_project_feature_directories_cannot_get_a_project();
-    }
-    if name == XFS_HIDDEN_FLOOD {
-        return a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_project();
     }
     let (fs, case) = name.split_once("::").expect("fs::case");
     let kind = match fs {

@@ -213,13 +213,14 @@ pub fn a_flood_of_symlinks_and_fifos_in_an_escaped_directory_is_fenced_and_made_
     flood_case(kind);
 }
 
-/// XFS only: ext4 tells no symlink's or FIFO's project, so there such entries are made again
-/// only when a walk meets their directory out of the project. The pod makes its entries in
-/// bursts with the directory out and puts the directory back after each, and stops before the
-/// first walk: no walk ever meets the directory out, and each entry is found by its own
-/// project alone.
-pub fn a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_project() {
-    let kind = FsKind::Xfs;
+/// The pod makes its entries in bursts with the directory out and puts the directory back
+/// after each, and stops before the first walk: no walk ever meets the directory out, and
+/// each entry is found by its own project alone — read by its number on XFS, asked by a hard
+/// link on ext4 (which tells it no other way), once per new entry: an entry that was always
+/// in the project keeps its inode, and its ctime from one walk to the next.
+pub fn a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_project(
+    kind: FsKind,
+) {
     let fs = TestFs::new(kind, Prep::Prepared);
     let q = open(&fs);
     let served = Served::start(&fs, "state", &["--quota=on", "--quota-check-interval=5s"]);
@@ -228,6 +229,9 @@ pub fn a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_p
         let pod = served.pod("a");
         let id = create_and_publish(&mut csi, "pvc-a", 64 * MIB, &pod).await;
         let project = served.recorded_project(&id).expect("recorded project");
+        let kept = pod.target.join("kept");
+        std::os::unix::fs::symlink("/in/the/project", &kept).expect("a symlink of the pod's");
+        let kept_ino = std::fs::symlink_metadata(&kept).unwrap().ino();
         let started = Instant::now();
         let hidden = pod.target.join("hidden");
         let made = keep_flooding_hidden(&hidden, 300);
@@ -239,7 +243,15 @@ pub fn a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_p
             m.contains("another project")
         })
         .await;
-        let (inodes, charged) = until_all_charged(&fs, &q, &served.volume_dir(&id), project, started, 90);
+        let (inodes, charged) =
+            until_all_charged(&fs, &q, &served.volume_dir(&id), project, started, 90);
+        // Two passes and more later, nothing asks the pod's own symlink again.
+        let ctime = |path: &std::path::Path| {
+            let meta = std::fs::symlink_metadata(path).unwrap();
+            (meta.ctime(), meta.ctime_nsec())
+        };
+        let settled = ctime(&kept);
+        tokio::time::sleep(Duration::from_secs(12)).await;
         figure(
             kind,
             format_args!(
@@ -255,11 +267,15 @@ pub fn a_flood_hidden_by_moving_its_directory_back_is_found_by_each_entrys_own_p
             ),
         );
         assert!(made.bytes > 0, "the pod made entries: {made:?}");
+        assert!(outside > 0, "the flood left entries outside any limit first");
         assert_eq!(
             inodes.saturating_sub(charged),
             0,
             "every entry is charged to the volume: {message}"
         );
+        let now = std::fs::symlink_metadata(&kept).unwrap();
+        assert_eq!(now.ino(), kept_ino, "the pod's own symlink is left in place");
+        assert_eq!(ctime(&kept), settled, "and asked no more once known");
         remove(&mut csi, &id, &pod).await;
     });
 }
