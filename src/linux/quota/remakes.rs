@@ -112,6 +112,16 @@ impl SortedSet {
     }
 }
 
+impl Pending {
+    /// Nothing to keep for the next walk: no walk has been whole yet, and none left anything.
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty()
+            && self.made.is_empty()
+            && self.since.is_none()
+            && self.probed.is_empty()
+    }
+}
+
 /// An inode's key among those made again or asked: its number, and its ctime in
 /// nanoseconds as the low 64 bits.
 fn made_key(stat: &FileStat) -> u128 {
@@ -418,17 +428,27 @@ mod tests {
         first.finish(Vec::new(), true);
         drop(first);
         assert_eq!(how.pending.since, Some(2_000 - CTIME_SLACK_SECS));
+        assert!(!how.pending.is_empty(), "kept for the next walk");
 
         // The next walk, within the slack: the asked one is known by its key.
         let mut second = Remaking::new(&mut how);
         assert!(!second.is_new(&asked), "asked once");
-        assert!(!second.is_new(&special(2, 1_500)), "older than the last whole walk");
+        assert!(
+            !second.is_new(&special(2, 1_500)),
+            "older than the last whole walk"
+        );
         assert!(second.is_new(&special(3, 2_500)), "made since");
-        assert!(second.is_new(&special(1, 2_600)), "changed since it was asked");
+        assert!(
+            second.is_new(&special(1, 2_600)),
+            "changed since it was asked"
+        );
         second.started = 2_003;
         second.finish(Vec::new(), true);
         drop(second);
-        assert!(how.pending.probed.contains(made_key(&asked)), "still within the slack");
+        assert!(
+            how.pending.probed.contains(made_key(&asked)),
+            "still within the slack"
+        );
 
         // A walk cut short keeps what is known; a later whole one forgets what is old.
         let mut cut = Remaking::new(&mut how);

@@ -88,7 +88,7 @@ pub struct Escapes {
     /// Volumes whose walk is too long for the patrol thread of the others.
     large: Mutex<std::collections::HashSet<String>>,
     /// Per volume, the directories (by inode) whose symlinks, FIFOs and the like a walk has
-    /// still to make again in the project ([`Remakes`](crate::linux::quota::escape_walk::Remakes)).
+    /// still to make again in the project, and which such inodes are new to the walks ([`Remakes`](crate::linux::quota::escape_walk::Remakes)).
     remakes: Mutex<Vec<(String, Pending)>>,
     episodes_total: AtomicU64,
     inodes: AtomicU64,
@@ -251,7 +251,7 @@ impl Escapes {
     }
 
     pub fn keep_remakes(&self, id: &str, pending: Pending) {
-        if !pending.dirs.is_empty() {
+        if !pending.is_empty() {
             crate::mutex::lock(&self.remakes).push((id.to_owned(), pending));
         }
     }
