@@ -10,3 +10,4 @@ mod ext4_image;
 mod loop_device_safety;
 mod loop_devices;
 mod quota_remake;
+mod quota_write_watch;

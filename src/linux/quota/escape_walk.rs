@@ -258,7 +258,26 @@ fn open_dir_at<Fd: AsFd>(dir: Fd, name: &OsStr) -> io::Result<OwnedFd> {
 fn open_regular_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
     let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let path_fd = openat(dir, name, flags, Mode::empty())?;
-    let stat = fstat(path_fd.as_fd())?;
+    reopen_regular(path_fd.as_fd())
+}
+
+/// Checks one regular file, known by an `O_PATH` descriptor (a file just written), against
+/// project `want` and sets it back, as a walk would (with `fence`, handed over too).
+pub fn check_file(path_fd: BorrowedFd<'_>, want: u32, fence: Option<u32>) -> io::Result<Tally> {
+    let fd = reopen_regular(path_fd)?;
+    let stat = fstat(fd.as_fd())?;
+    let mut tally = Tally {
+        inodes: 1,
+        ..Tally::default()
+    };
+    tally.visit(fd.as_fd(), &stat, false, want, fence);
+    Ok(tally)
+}
+
+/// That very inode opened read-only, once it is known to be a regular file (never a device
+/// node swapped in under a name).
+fn reopen_regular(path_fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let stat = fstat(path_fd)?;
     if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(io::Error::from_raw_os_error(libc::ENOENT));
     }

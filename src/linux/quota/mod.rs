@@ -14,6 +14,8 @@
 //!   in the project; `remakes` — what the walk keeps of that from one walk to the next;
 //!   [`xfs_bulkstat`] — such an inode's project ID on XFS, read by its number (on ext4 it
 //!   is asked by a hard link, `Aside::probe`).
+//! - [`write_watch`] — every file written on a filesystem, as it is written (fanotify), so an
+//!   escaped file is found when it is written, not at the next walk.
 //! - [`ids`] — [`ProjectIds`], the allocator that never collides with IDs in use.
 //! - [`mode`] — `--quota=auto|on|off` → [`Decision`].
 //! - [`quota_seam`] — [`ProjectQuotas`], the trait the volume logic calls (a recording fake
@@ -36,6 +38,7 @@ pub mod quota_seam;
 pub mod remake;
 mod remakes;
 pub mod sys;
+pub mod write_watch;
 pub mod xfs_bulkstat;
 
 pub use fs::{Access, FsKind, QuotaFs, Support};

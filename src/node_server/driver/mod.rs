@@ -33,6 +33,7 @@ mod mount_points;
 mod node_error;
 mod node_ops;
 mod quota_patrol;
+mod quota_watch;
 mod snapshot_ops;
 mod volume_ops;
 

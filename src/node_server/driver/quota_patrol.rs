@@ -31,7 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::Driver;
+use super::{Driver, quota_watch};
 use crate::linux::quota::escape::{QUARANTINE_UID, Tally};
 use crate::linux::quota::escape_walk;
 use crate::node_server::state::escapes::{self, Note, Totals};
@@ -96,6 +96,20 @@ impl QuotaPatrol {
         }
         let stop = Arc::new(Stop::default());
         let mut threads = Vec::new();
+        if let Some((mut watch, volumes)) = quota_watch::start(&driver) {
+            let (driver, stopping) = (Arc::clone(&driver), Arc::clone(&stop));
+            let thread = std::thread::Builder::new()
+                .name("quota-watch".into())
+                .spawn(move || {
+                    while !stopping.wait(quota_watch::WATCH_PAUSE) {
+                        quota_watch::look(&driver, &mut watch, &volumes);
+                    }
+                });
+            match thread {
+                Ok(thread) => threads.push(thread),
+                Err(e) => log::warn!("writes are not watched: {e}"),
+            }
+        }
         for (lane, name) in [
             (Lane::Small, "quota-check"),
             (Lane::Large, "quota-check-large"),
@@ -213,8 +227,13 @@ fn pass(
             // The first escape of an episode shows at once, not at the end of a long walk (it
             // begins the episode: hot walks follow, and a repeat fences).
             if !under_way && early.borrow().is_none() && so_far.found() {
-                driver.note_escapes(record, project, so_far, false);
+                let note = driver.note_escapes(record, project, so_far, false);
                 *early.borrow_mut() = Some(so_far.clone());
+                // A repeat of an earlier episode: fenced, and the fence walk begins now.
+                if note == Note::Fenced && !fencing.get() {
+                    fence_now.set(true);
+                    return ControlFlow::Break(());
+                }
             }
             // So does the repeat that fences (a flood's entries made again make a walk long):
             // this walk stops, and the fence walk begins. A directory moved out again while
@@ -267,7 +286,7 @@ fn pass(
                     note = driver.escapes.fence(&record.id);
                 }
                 driver.say(record, project, &walk.tally, note);
-                if note != Note::Fenced {
+                if !driver.escapes.fenced(&record.id) {
                     break None;
                 }
                 fence = Some(QUARANTINE_UID);
@@ -379,7 +398,7 @@ impl Driver {
     }
 
     /// The log line a check's note calls for, if any.
-    fn say(&self, record: &Record, project: u32, found: &Tally, note: Note) {
+    pub(super) fn say(&self, record: &Record, project: u32, found: &Tally, note: Note) {
         match note {
             Note::Began => log::warn!(
                 "volume {}: {}",

@@ -85,6 +85,9 @@ pub struct Escapes {
     episodes: Mutex<HashMap<String, Episode>>,
     /// Volumes fenced since start-up (see [`Escapes::fenced`]).
     fenced: Mutex<std::collections::HashSet<String>>,
+    /// Volumes whose files escaped in an episode since start-up: a new episode of one of
+    /// them is a repeat, and fences it at once.
+    escaped: Mutex<std::collections::HashSet<String>>,
     /// Volumes whose walk is too long for the patrol thread of the others.
     large: Mutex<std::collections::HashSet<String>>,
     /// Per volume, the directories (by inode) whose symlinks, FIFOs and the like a walk has
@@ -176,7 +179,14 @@ impl Escapes {
                     walks_found,
                 };
                 episodes.insert(id.to_owned(), episode);
-                Note::Began
+                // Its pod took files out again after an earlier episode had set them back
+                // (an escaper that waits for each episode to end must not start afresh).
+                let again =
+                    found.found() && !crate::mutex::lock(&self.escaped).insert(id.to_owned());
+                match again {
+                    true => self.fence(id),
+                    false => Note::Began,
+                }
             }
         }
     }
@@ -261,6 +271,7 @@ impl Escapes {
         self.episodes().retain(|id, _| live(id));
         crate::mutex::lock(&self.remakes).retain(|(id, _)| live(id));
         crate::mutex::lock(&self.fenced).retain(|id| live(id));
+        crate::mutex::lock(&self.escaped).retain(|id| live(id));
         crate::mutex::lock(&self.large).retain(|id| live(id));
     }
 
@@ -379,18 +390,42 @@ mod tests {
         );
         assert!(escapes.condition("v").unwrap().contains("fenced"));
         assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Clean);
-        assert_eq!(escapes.record("v", 7, &found(1, 0, 1), true), Note::Began);
         assert_eq!(
-            escapes.record("v", 7, &found(1, 0, 1), false),
+            escapes.record("v", 7, &found(1, 0, 1), true),
+            Note::FencedContinued
+        );
+        assert_eq!(escapes.record("w", 7, &found(1, 0, 1), true), Note::Began);
+        assert_eq!(
+            escapes.record("w", 7, &found(1, 0, 1), false),
             Note::Continued,
             "a root check is not a walk: it does not fence"
         );
         let totals = escapes.totals();
         assert_eq!(
             (totals.episodes, totals.inodes, totals.bytes),
-            (2, 6, 12290)
+            (3, 7, 12291)
         );
-        assert_eq!((totals.walks, totals.walked), (6, 60));
+        assert_eq!((totals.walks, totals.walked), (7, 70));
+    }
+
+    #[test]
+    fn a_pod_that_escapes_again_after_its_episode_ended_is_fenced_at_once() {
+        let escapes = Escapes::default();
+        assert_eq!(escapes.record("v", 7, &found(1, 0, 1), false), Note::Began);
+        assert_eq!(escapes.record("v", 7, &found(0, 0, 0), true), Note::Ended);
+        // However long it waited, and whichever check finds it (here a stats call's).
+        assert_eq!(escapes.record("v", 7, &found(1, 0, 1), false), Note::Fenced);
+        assert!(escapes.fenced("v"));
+        // What could not be checked is no escape: a second such episode fences nothing.
+        let unreached = Tally {
+            unreached: 1,
+            ..Tally::default()
+        };
+        for _ in 0..2 {
+            assert_eq!(escapes.record("u", 7, &unreached, true), Note::Began);
+            assert_eq!(escapes.record("u", 7, &found(0, 0, 0), true), Note::Ended);
+        }
+        assert!(!escapes.fenced("u"));
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! Every file written on a filesystem, as it is written: a fanotify watch of the whole
+//! filesystem (`FAN_MARK_FILESYSTEM`) for `FAN_MODIFY`, each written inode reported by its file
+//! handle (`FAN_REPORT_FID`: no descriptor is opened per event, none of a writer's files handed
+//! over). Moving a file out of its volume's project notifies nothing (`FS_IOC_FSSETXATTR` sends
+//! no event), but writing to it does: the quota check looks at each written file of a volume
+//! then, not only at its next pass. Events for one inode merge while they wait in the queue,
+//! so a batch holds each written inode about once, however often it was written.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// The watch of one filesystem.
+pub struct WriteWatch {
+    fan: OwnedFd,
+    /// A directory on the filesystem, which file handles are opened against.
+    mount: OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// What one read of the watch found.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The inodes written since the last read, opened `O_PATH` (those gone meanwhile are not).
+    pub inodes: Vec<OwnedFd>,
+    /// The kernel's queue overflowed: writes were missed (the passes still find them).
+    pub overflowed: bool,
+}
+
+/// The size of the buffer events are read into.
+const BUFFER: usize = 64 * 1024;
+
+impl WriteWatch {
+    /// Watches writes on the filesystem holding `dir` (needs CAP_SYS_ADMIN; Linux 5.1+).
+    pub fn new(dir: &Path) -> io::Result<Self> {
+        let flags =
+            libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK | libc::FAN_REPORT_FID;
+        let event_flags = libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC;
+        // SAFETY: plain flags; the result is checked before it is owned.
+        let fan = unsafe { libc::fanotify_init(flags, event_flags as libc::c_uint) };
+        if fan < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just returned to us, owned by nothing else.
+        let fan = unsafe { OwnedFd::from_raw_fd(fan) };
+        let path = CString::new(dir.as_os_str().as_bytes())?;
+        let mark = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+        // SAFETY: a live descriptor and a NUL-terminated path.
+        let marked = unsafe {
+            libc::fanotify_mark(
+                fan.as_raw_fd(),
+                mark,
+                libc::FAN_MODIFY,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+            )
+        };
+        if marked < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Not O_PATH: open_by_handle_at takes no such descriptor (EBADF).
+        let flags = nix::fcntl::OFlag::O_RDONLY
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_CLOEXEC;
+        let mount = nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty())?;
+        Ok(Self {
+            fan,
+            mount,
+            buf: vec![0; BUFFER],
+        })
+    }
+
+    /// The inodes written since the last call (it does not wait: its caller paces it, and
+    /// the longer the pause, the more of a busy file's writes merge into one event).
+    pub fn written(&mut self) -> io::Result<Written> {
+        let mut written = Written::default();
+        loop {
+            let read = match nix::unistd::read(self.fan.as_fd(), &mut self.buf) {
+                Ok(read) => read,
+                Err(nix::errno::Errno::EAGAIN) => return Ok(written),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            self.events(&self.buf[..read], &mut written)?;
+        }
+    }
+
+    fn events(&self, buf: &[u8], written: &mut Written) -> io::Result<()> {
+        let head = size_of::<libc::fanotify_event_metadata>();
+        let mut at = 0;
+        while at + head <= buf.len() {
+            // SAFETY: `head` bytes are within the buffer; read unaligned into a copy.
+            let event: libc::fanotify_event_metadata =
+                unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+            let len = event.event_len as usize;
+            let info = usize::from(event.metadata_len);
+            if event.vers != libc::FANOTIFY_METADATA_VERSION || len < info || at + len > buf.len() {
+                return Err(io::Error::other(
+                    "fanotify: an event this build cannot read",
+                ));
+            }
+            if event.mask & libc::FAN_Q_OVERFLOW != 0 {
+                written.overflowed = true;
+            }
+            if let Some(inode) = open_fid(self.mount.as_fd(), &buf[at + info..at + len]) {
+                written.inodes.push(inode);
+            }
+            at += len;
+        }
+        Ok(())
+    }
+}
+
+/// The inode an event's FID record names, opened `O_PATH`; none if it has no such record or
+/// the inode is gone.
+fn open_fid(mount: BorrowedFd<'_>, info: &[u8]) -> Option<OwnedFd> {
+    // struct fanotify_event_info_header, then the filesystem ID (8 bytes), then a
+    // struct file_handle: handle_bytes (u32), handle_type (i32), the handle.
+    const FID_HANDLE: usize = 4 + 8;
+    let header = info.get(..4)?;
+    if header[0] != libc::FAN_EVENT_INFO_TYPE_FID {
+        return None;
+    }
+    let handle = info.get(FID_HANDLE..)?;
+    let bytes = u32::from_ne_bytes(handle.get(..4)?.try_into().ok()?) as usize;
+    let whole = handle.get(..8 + bytes)?;
+    // Copied to words: the kernel reads a struct file_handle, aligned.
+    let mut aligned = vec![0u32; whole.len().div_ceil(4)];
+    // SAFETY: `aligned` holds at least `whole.len()` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(whole.as_ptr(), aligned.as_mut_ptr().cast(), whole.len())
+    };
+    let flags = libc::O_PATH | libc::O_CLOEXEC;
+    // SAFETY: a live directory descriptor and a whole file_handle record.
+    let fd =
+        unsafe { libc::open_by_handle_at(mount.as_raw_fd(), aligned.as_mut_ptr().cast(), flags) };
+    // SAFETY: a descriptor just returned to us, owned by nothing else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -1,0 +1,99 @@
+//! Escapes found as they are written: the quota patrol's walks find a file moved out of its
+//! volume's project only at their next pass, and until then the pod writes outside its size
+//! at its own speed. A watch of the state directory's filesystem ([`WriteWatch`]) reports each
+//! file as it is written; one inside a volume and out of its project is set back at once, and
+//! counts as a walk that found it (so a pod that does it again is fenced). The walks stay:
+//! they find what the watch cannot see (directories, symlinks and FIFOs, which are not
+//! written, and whatever happened while the watch's queue overflowed).
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::Driver;
+use crate::linux::quota::escape::QUARANTINE_UID;
+use crate::linux::quota::escape_walk;
+use crate::linux::quota::write_watch::WriteWatch;
+
+/// How long the watch lets writes gather between looks: a pod's escaped file writes this long
+/// at most before it is set back, and a busy file's writes in this time are one event.
+pub const WATCH_PAUSE: Duration = Duration::from_millis(50);
+
+/// The watch of the volumes' filesystem, or why there is none (logged).
+pub(super) fn start(driver: &Driver) -> Option<(WriteWatch, PathBuf)> {
+    let volumes = driver.volumes.path_of("x").parent()?.to_path_buf();
+    // Written paths come back resolved: compare them with the resolved directory.
+    let volumes = std::fs::canonicalize(&volumes).unwrap_or(volumes);
+    match WriteWatch::new(&volumes) {
+        Ok(watch) => Some((watch, volumes)),
+        Err(e) => {
+            log::warn!(
+                "writes are not watched ({e}): a file moved out of its volume's size is found \
+                 by the quota check's passes alone"
+            );
+            None
+        }
+    }
+}
+
+/// One look: every file written since the last, in a volume and out of its project, set back.
+pub(super) fn look(driver: &Driver, watch: &mut WriteWatch, volumes: &Path) {
+    let written = match watch.written() {
+        Ok(written) => written,
+        Err(e) => {
+            log::debug!("write watch: {e}");
+            return;
+        }
+    };
+    if written.overflowed {
+        log::debug!("write watch: the kernel's queue overflowed; the passes find what it missed");
+    }
+    for inode in &written.inodes {
+        let link = format!("/proc/self/fd/{}", inode.as_raw_fd());
+        let Ok(path) = nix::fcntl::readlink(link.as_str()) else {
+            continue;
+        };
+        let Some(id) = volume_of(Path::new(&path), volumes) else {
+            continue;
+        };
+        let Some(record) = driver.volumes.records().get(id) else {
+            continue;
+        };
+        let Some(project) = record.project_id.filter(|_| !record.block) else {
+            continue;
+        };
+        let fence = driver.escapes.fenced(id).then_some(QUARANTINE_UID);
+        let Ok(tally) = escape_walk::check_file(inode.as_fd(), project, fence) else {
+            continue;
+        };
+        if tally.found() {
+            let note = driver.escapes.record_cut_walk(id, project, &tally);
+            driver.say(&record, project, &tally, note);
+        }
+    }
+}
+
+/// The volume ID of a path under the volumes' directory (none for anything else, and for the
+/// walk's own private directories).
+fn volume_of<'a>(path: &'a Path, volumes: &Path) -> Option<&'a str> {
+    let first = path.strip_prefix(volumes).ok()?.components().next()?;
+    let id = first.as_os_str().to_str()?;
+    (!id.starts_with('.')).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_path_belongs_to_the_volume_it_is_under_and_to_nothing_elsewhere() {
+        let volumes = Path::new("/var/lib/csi/volumes");
+        let of = |p: &'static str| volume_of(Path::new(p), volumes);
+        assert_eq!(of("/var/lib/csi/volumes/vol-1/a/b/file"), Some("vol-1"));
+        assert_eq!(of("/var/lib/csi/volumes/vol-1"), Some("vol-1"));
+        assert_eq!(of("/var/lib/csi/volumes/.orphan-remake-vol-1/x"), None);
+        assert_eq!(of("/var/lib/csi/volumes-other/vol-1/x"), None);
+        assert_eq!(of("/var/log/syslog"), None);
+        assert_eq!(of("/var/lib/csi/volumes/vol-1/f (deleted)"), Some("vol-1"));
+    }
+}

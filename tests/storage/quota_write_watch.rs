@@ -1,0 +1,93 @@
+//! The write watch the quota check sets escaped files back with as they are written, on a real
+//! XFS (which keeps project IDs without quota enforcement) and the kernel's own fanotify.
+
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use csi_nodekit::linux::quota::escape_walk;
+use csi_nodekit::linux::quota::sys::{self, FS_XFLAG_PROJINHERIT};
+use csi_nodekit::linux::quota::write_watch::{WriteWatch, Written};
+
+use crate::common::scratch_fs::{Kind, ScratchFs};
+
+const WANT: u32 = 7;
+
+fn project_of(path: &Path) -> u32 {
+    let file = std::fs::File::open(path).unwrap();
+    sys::get_fsxattr(file.as_fd()).unwrap().projid
+}
+
+fn set_project(path: &Path, projid: u32, inherit: bool) {
+    let file = std::fs::File::open(path).unwrap();
+    let mut attr = sys::get_fsxattr(file.as_fd()).unwrap();
+    attr.projid = projid;
+    if inherit {
+        attr.xflags |= FS_XFLAG_PROJINHERIT;
+    }
+    sys::set_fsxattr(file.as_fd(), &attr).unwrap();
+}
+
+/// What the watch reports after a pause, by path.
+fn written_paths(watch: &mut WriteWatch) -> (Written, Vec<PathBuf>) {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let written = watch.written().expect("read the watch");
+    let paths = written
+        .inodes
+        .iter()
+        .map(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap())
+        .collect();
+    (written, paths)
+}
+
+#[test]
+#[ignore = "needs root: mounts an XFS on a loop device and watches it with fanotify"]
+fn a_file_moved_out_of_its_project_is_reported_when_written_and_set_back_by_its_descriptor() {
+    let fs = ScratchFs::new(Kind::Xfs);
+    let vol = fs.path().join("vol");
+    std::fs::create_dir(&vol).unwrap();
+    set_project(&vol, WANT, true);
+    let file = vol.join("f");
+    let mut out = std::fs::File::create(&file).unwrap();
+    let other = fs.path().join("elsewhere");
+    let mut watch = WriteWatch::new(fs.path()).expect("watch the filesystem");
+
+    // Moving it out notifies nothing: the walks stay for what is never written.
+    set_project(&file, 0, false);
+    let (_, paths) = written_paths(&mut watch);
+    assert!(paths.is_empty(), "{paths:?}");
+
+    // Written, many times: reported, about once.
+    for _ in 0..1_000 {
+        out.write_all(&[7; 4096]).unwrap();
+    }
+    std::fs::write(&other, b"x").unwrap();
+    let (written, paths) = written_paths(&mut watch);
+    assert!(paths.contains(&file), "{paths:?}");
+    assert!(paths.contains(&other), "the whole filesystem: {paths:?}");
+    assert!(paths.len() <= 4, "a thousand writes merge: {paths:?}");
+    assert!(!written.overflowed);
+    let at = paths.iter().position(|p| p == &file).unwrap();
+
+    let tally = escape_walk::check_file(written.inodes[at].as_fd(), WANT, None).expect("check");
+
+    assert_eq!((tally.other_project, tally.repaired), (1, 1), "{tally:?}");
+    assert!(tally.bytes >= 4096 * 1_000, "its blocks: {tally:?}");
+    assert_eq!(project_of(&file), WANT, "set back");
+    // Unlinked while the pod still writes: still reported, and still set back.
+    set_project(&file, 0, false);
+    std::fs::remove_file(&file).unwrap();
+    out.write_all(b"more").unwrap();
+    let (written, paths) = written_paths(&mut watch);
+    let at = paths
+        .iter()
+        .position(|p| p.to_string_lossy().ends_with("/vol/f (deleted)"))
+        .unwrap_or_else(|| panic!("{paths:?}"));
+    let tally = escape_walk::check_file(written.inodes[at].as_fd(), WANT, None).expect("check");
+    assert_eq!(tally.repaired, 1, "{tally:?}");
+    assert_eq!(
+        sys::get_fsxattr(out.as_fd()).unwrap().projid,
+        WANT,
+        "the open file is back in the project"
+    );
+}
