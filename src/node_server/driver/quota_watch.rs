@@ -2,7 +2,7 @@
 //! volume's project only at their next pass, and until then the pod writes outside its size
 //! at its own speed. A watch of the state directory's filesystem ([`WriteWatch`]) reports each
 //! file as it is written; one inside a volume and out of its project is set back at once, and
-//! counts as a walk that found it (so a pod that does it again is fenced). The walks stay:
+//! begins the volume's episode (so a pod that does it again is fenced). The walks stay:
 //! they find what the watch cannot see (directories, symlinks and FIFOs, which are not
 //! written, and whatever happened while the watch's queue overflowed).
 
@@ -67,7 +67,10 @@ pub(super) fn look(driver: &Driver, watch: &mut WriteWatch, volumes: &Path) {
             continue;
         };
         if tally.found() {
-            let note = driver.escapes.record_cut_walk(id, project, &tally);
+            // Not a walk: what else the same escape moved out (the directory the file was
+            // made in) the next walk finds, and that is no repeat. A repeat is a new episode
+            // after this one ends, or a second walk that finds more in it.
+            let note = driver.escapes.record(id, project, &tally, false);
             driver.say(&record, project, &tally, note);
         }
     }
