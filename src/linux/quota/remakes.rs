@@ -51,8 +51,8 @@ pub struct Pending {
     /// from which such an inode is new to the walks and asked ([`Aside::probe`]); none before
     /// the first whole walk, which asks them all.
     since: Option<i64>,
-    /// Those asked since `since`, by inode and the ctime the probe left them with, which is
-    /// after `since`: not asked again.
+    /// Those asked since `since`, by the ctime the probe left them with (which is after
+    /// `since`) and inode ([`probed_key`]): not asked again.
     probed: SortedSet,
 }
 
@@ -96,20 +96,6 @@ impl SortedSet {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-
-    /// Keys in any order (a walk pushes them as it goes; sorting once is what keeps a walk
-    /// over many new entries linear).
-    fn from_unsorted(mut keys: Vec<u128>) -> Self {
-        keys.sort_unstable();
-        keys.dedup();
-        Self(keys)
-    }
-
-    fn extend(&mut self, keys: Vec<u128>) {
-        let mut all = std::mem::take(&mut self.0);
-        all.extend(keys);
-        *self = Self::from_unsorted(all);
-    }
 }
 
 impl Pending {
@@ -129,6 +115,12 @@ fn made_key(stat: &FileStat) -> u128 {
     u128::from(stat.st_ino) << 64 | u128::from(ns)
 }
 
+/// An inode's key among those asked: its ctime in nanoseconds as the high 64 bits, its
+/// number as the low. A walk asks in the order of time, so each key goes at (or near) the end.
+fn probed_key(stat: &FileStat) -> u128 {
+    u128::from(made_key(stat) as u64) << 64 | u128::from(stat.st_ino)
+}
+
 /// The walk's state for [`Remakes`].
 pub(super) struct Remaking<'a, 'b> {
     how: &'b mut Remakes<'a>,
@@ -140,8 +132,6 @@ pub(super) struct Remaking<'a, 'b> {
     left: u64,
     /// When this walk began (seconds of the realtime clock).
     started: i64,
-    /// Entries found in the project by [`Aside::probe`] in this walk.
-    probed: Vec<u128>,
 }
 
 /// How a special inode's project is learnt on a filesystem.
@@ -188,7 +178,6 @@ impl<'a, 'b> Remaking<'a, 'b> {
             left: 0,
             started: nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
                 .map_or(0, |now| now.tv_sec()),
-            probed: Vec::new(),
         }
     }
 
@@ -230,7 +219,7 @@ impl<'a, 'b> Remaking<'a, 'b> {
             None => match self.probe(dir, name, stat, want, tally) {
                 Some(Probe::Out) => {}
                 Some(Probe::In(now)) => {
-                    self.probed.push(made_key(&now));
+                    self.how.pending.probed.insert(probed_key(&now));
                     return false;
                 }
                 Some(Probe::Gone) | None => return false,
@@ -251,7 +240,7 @@ impl<'a, 'b> Remaking<'a, 'b> {
     fn is_new(&self, stat: &FileStat) -> bool {
         let pending = &self.how.pending;
         pending.since.is_none_or(|since| stat.st_ctime >= since)
-            && !pending.probed.contains(made_key(stat))
+            && !pending.probed.contains(probed_key(stat))
     }
 
     /// [`Aside::probe`] of one entry; `None` (noted) if it could not be asked.
@@ -300,18 +289,17 @@ impl<'a, 'b> Remaking<'a, 'b> {
         for left in unfinished {
             self.done(left, false);
         }
-        let probed = std::mem::take(&mut self.probed);
         let pending = &mut self.how.pending;
         if pending.dirs.is_empty() {
             pending.made = SortedSet::default();
         }
-        pending.probed.extend(probed);
         if whole {
             // Those asked before the new `since` are no longer new anyway.
             let since = self.started - CTIME_SLACK_SECS;
             pending.since = Some(since);
-            let from = since.max(0) as u64 * 1_000_000_000;
-            pending.probed.0.retain(|key| *key as u64 >= from);
+            let from = u128::from(since.max(0) as u64 * 1_000_000_000) << 64;
+            let old = pending.probed.0.partition_point(|key| *key < from);
+            pending.probed.0 = pending.probed.0.split_off(old);
         }
     }
 
@@ -424,7 +412,7 @@ mod tests {
         first.started = 2_000;
         // Asked: the probe left it with a ctime during this walk.
         let asked = special(1, 2_001);
-        first.probed.push(made_key(&asked));
+        first.how.pending.probed.insert(probed_key(&asked));
         first.finish(Vec::new(), true);
         drop(first);
         assert_eq!(how.pending.since, Some(2_000 - CTIME_SLACK_SECS));
@@ -446,7 +434,7 @@ mod tests {
         second.finish(Vec::new(), true);
         drop(second);
         assert!(
-            how.pending.probed.contains(made_key(&asked)),
+            how.pending.probed.contains(probed_key(&asked)),
             "still within the slack"
         );
 
