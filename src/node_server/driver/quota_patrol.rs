@@ -57,6 +57,9 @@ pub struct QuotaPatrol {
 enum Lane {
     Small,
     Large,
+    /// No volumes: the thread of the write watch ([`quota_watch`]), started beside the two
+    /// lanes (one thread closure for all three keeps the binary smaller).
+    Watch,
 }
 
 /// The longest walk of one volume in the small lane; a longer one moves the volume to the
@@ -96,23 +99,10 @@ impl QuotaPatrol {
         }
         let stop = Arc::new(Stop::default());
         let mut threads = Vec::new();
-        if let Some((mut watch, volumes)) = quota_watch::start(&driver) {
-            let (driver, stopping) = (Arc::clone(&driver), Arc::clone(&stop));
-            let thread = std::thread::Builder::new()
-                .name("quota-watch".into())
-                .spawn(move || {
-                    while !stopping.wait(quota_watch::WATCH_PAUSE) {
-                        quota_watch::look(&driver, &mut watch, &volumes);
-                    }
-                });
-            match thread {
-                Ok(thread) => threads.push(thread),
-                Err(e) => log::warn!("writes are not watched: {e}"),
-            }
-        }
         for (lane, name) in [
             (Lane::Small, "quota-check"),
             (Lane::Large, "quota-check-large"),
+            (Lane::Watch, "quota-watch"),
         ] {
             let (driver, stopping) = (Arc::clone(&driver), Arc::clone(&stop));
             let thread = std::thread::Builder::new()
@@ -136,6 +126,14 @@ impl Drop for QuotaPatrol {
 }
 
 fn run(driver: &Driver, stop: &Stop, lane: Lane) {
+    if lane == Lane::Watch {
+        if let Some((mut watch, volumes)) = quota_watch::start(driver) {
+            while !stop.wait(quota_watch::WATCH_PAUSE) {
+                quota_watch::look(driver, &mut watch, &volumes);
+            }
+        }
+        return;
+    }
     if let Err(e) = crate::linux::ioprio::idle_for_this_thread() {
         log::warn!("the quota check runs at normal I/O priority: {e}");
     }
