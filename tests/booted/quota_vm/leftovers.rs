@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use csi_nodekit::linux::privilege;
 use csi_nodekit::linux::quota::{self, FsKind, Limits};
@@ -146,6 +146,9 @@ pub fn a_deleted_volume_still_charged_elsewhere_keeps_a_one_block_limit_and_a_pl
     let moved = neighbour.target.join("moved");
     let w = write_until_error(&moved, MIB, NOBODY);
     assert_eq!((w.bytes, w.errno), (MIB, 0), "{w:?}");
+    // Re-tagged once node-server's write watch has looked at those writes (every 50 ms): it
+    // would set a file written in B back into B's project.
+    std::thread::sleep(Duration::from_secs(1));
     retag(&moved, pa);
     // C's pod writes 1 MiB and keeps it open; the operator unmounts lazily.
     let open_file = held.target.join("open");
