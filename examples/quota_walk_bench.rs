@@ -92,7 +92,8 @@ fn watch(base: &std::path::Path) {
         Err(e) => return println!("write watch: not measured ({e})"),
     };
     writes("watched");
-    let merged = watch.written().expect("read the watch");
+    let mut merged = 0;
+    watch.written(&mut |_| merged += 1).expect("read the watch");
     for f in 0..FILES {
         std::fs::write(dir.join(format!("f{f}")), b"x").expect("file");
     }
@@ -101,20 +102,19 @@ fn watch(base: &std::path::Path) {
             .map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
     };
     let started = cpu();
-    let written = watch.written().expect("read the watch");
-    let paths = written
-        .inodes
-        .iter()
-        .filter(|fd| {
-            nix::fcntl::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str()).is_ok()
+    let (mut events, mut paths) = (0, 0);
+    let overflowed = watch
+        .written(&mut |fd| {
+            events += 1;
+            let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            paths += usize::from(nix::fcntl::readlink(link.as_str()).is_ok());
         })
-        .count();
-    let each = (cpu() - started) * 1e6 / paths.max(1) as f64;
+        .expect("read the watch");
+    let each = (cpu() - started) * 1e6 / f64::from(events.max(1));
     println!(
-        "write watch: the {WRITES} writes read as {} event(s); {FILES} files written, {} events          read and {paths} paths resolved at {each:.2} µs CPU each{}",
-        merged.inodes.len(),
-        written.inodes.len(),
-        if written.overflowed {
+        "write watch: the {WRITES} writes read as {merged} event(s); {FILES} files written, \
+         {events} events read and {paths} paths resolved at {each:.2} µs CPU each{}",
+        if overflowed {
             " (the queue overflowed)"
         } else {
             ""

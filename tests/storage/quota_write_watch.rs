@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use csi_nodekit::linux::quota::escape_walk;
 use csi_nodekit::linux::quota::sys::{self, FS_XFLAG_PROJINHERIT};
-use csi_nodekit::linux::quota::write_watch::{WriteWatch, Written};
+use csi_nodekit::linux::quota::write_watch::WriteWatch;
 
 use crate::common::scratch_fs::{Kind, ScratchFs};
 
@@ -28,16 +28,20 @@ fn set_project(path: &Path, projid: u32, inherit: bool) {
     sys::set_fsxattr(file.as_fd(), &attr).unwrap();
 }
 
-/// What the watch reports after a pause, by path.
-fn written_paths(watch: &mut WriteWatch) -> (Written, Vec<PathBuf>) {
+/// What the watch reports after a pause: each inode's path, and the inodes themselves (opened
+/// again here, `O_PATH` through `/proc`, as they are only lent).
+fn written_paths(watch: &mut WriteWatch) -> (Vec<std::os::fd::OwnedFd>, Vec<PathBuf>) {
     std::thread::sleep(std::time::Duration::from_millis(50));
-    let written = watch.written().expect("read the watch");
-    let paths = written
-        .inodes
-        .iter()
-        .map(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap())
-        .collect();
-    (written, paths)
+    let (mut inodes, mut paths) = (Vec::new(), Vec::new());
+    let overflowed = watch
+        .written(&mut |fd| {
+            let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            paths.push(std::fs::read_link(&link).unwrap());
+            inodes.push(fd.try_clone_to_owned().unwrap());
+        })
+        .expect("read the watch");
+    assert!(!overflowed);
+    (inodes, paths)
 }
 
 #[test]
@@ -66,10 +70,9 @@ fn a_file_moved_out_of_its_project_is_reported_when_written_and_set_back_by_its_
     assert!(paths.contains(&file), "{paths:?}");
     assert!(paths.contains(&other), "the whole filesystem: {paths:?}");
     assert!(paths.len() <= 4, "a thousand writes merge: {paths:?}");
-    assert!(!written.overflowed);
     let at = paths.iter().position(|p| p == &file).unwrap();
 
-    let tally = escape_walk::check_file(written.inodes[at].as_fd(), WANT, None).expect("check");
+    let tally = escape_walk::check_file(written[at].as_fd(), WANT, None).expect("check");
 
     assert_eq!((tally.other_project, tally.repaired), (1, 1), "{tally:?}");
     assert!(tally.bytes >= 4096 * 1_000, "its blocks: {tally:?}");
@@ -83,7 +86,7 @@ fn a_file_moved_out_of_its_project_is_reported_when_written_and_set_back_by_its_
         .iter()
         .position(|p| p.to_string_lossy().ends_with("/vol/f (deleted)"))
         .unwrap_or_else(|| panic!("{paths:?}"));
-    let tally = escape_walk::check_file(written.inodes[at].as_fd(), WANT, None).expect("check");
+    let tally = escape_walk::check_file(written[at].as_fd(), WANT, None).expect("check");
     assert_eq!(tally.repaired, 1, "{tally:?}");
     assert_eq!(
         sys::get_fsxattr(out.as_fd()).unwrap().projid,

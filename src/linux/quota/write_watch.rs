@@ -20,15 +20,6 @@ pub struct WriteWatch {
     buf: Vec<u8>,
 }
 
-/// What one read of the watch found.
-#[derive(Debug, Default)]
-pub struct Written {
-    /// The inodes written since the last read, opened `O_PATH` (those gone meanwhile are not).
-    pub inodes: Vec<OwnedFd>,
-    /// The kernel's queue overflowed: writes were missed (the passes still find them).
-    pub overflowed: bool,
-}
-
 /// The size of the buffer events are read into.
 const BUFFER: usize = 64 * 1024;
 
@@ -72,44 +63,37 @@ impl WriteWatch {
         })
     }
 
-    /// The inodes written since the last call (it does not wait: its caller paces it, and
-    /// the longer the pause, the more of a busy file's writes merge into one event).
-    pub fn written(&mut self) -> io::Result<Written> {
-        let mut written = Written::default();
+    /// Hands `each` every inode written since the last call, opened `O_PATH` (those gone
+    /// meanwhile are not); whether the kernel's queue overflowed meanwhile (writes were
+    /// missed; the passes still find them). It does not wait: its caller paces it, and the
+    /// longer the pause, the more of a busy file's writes merge into one event.
+    pub fn written(&mut self, each: &mut dyn FnMut(BorrowedFd<'_>)) -> io::Result<bool> {
+        let mut overflowed = false;
         loop {
             let read = match nix::unistd::read(self.fan.as_fd(), &mut self.buf) {
                 Ok(read) => read,
-                Err(nix::errno::Errno::EAGAIN) => return Ok(written),
+                Err(nix::errno::Errno::EAGAIN) => return Ok(overflowed),
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             };
-            self.events(&self.buf[..read], &mut written)?;
+            let buf = &self.buf[..read];
+            let head = size_of::<libc::fanotify_event_metadata>();
+            let mut at = 0;
+            while at + head <= buf.len() {
+                // SAFETY: `head` bytes are within the buffer; read unaligned into a copy.
+                let event: libc::fanotify_event_metadata =
+                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                let (len, info) = (event.event_len as usize, usize::from(event.metadata_len));
+                if event.vers != libc::FANOTIFY_METADATA_VERSION || len < info || at + len > read {
+                    return Err(io::Error::other("fanotify: an unknown event format"));
+                }
+                overflowed |= event.mask & libc::FAN_Q_OVERFLOW != 0;
+                if let Some(inode) = open_fid(self.mount.as_fd(), &buf[at + info..at + len]) {
+                    each(inode.as_fd());
+                }
+                at += len;
+            }
         }
-    }
-
-    fn events(&self, buf: &[u8], written: &mut Written) -> io::Result<()> {
-        let head = size_of::<libc::fanotify_event_metadata>();
-        let mut at = 0;
-        while at + head <= buf.len() {
-            // SAFETY: `head` bytes are within the buffer; read unaligned into a copy.
-            let event: libc::fanotify_event_metadata =
-                unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-            let len = event.event_len as usize;
-            let info = usize::from(event.metadata_len);
-            if event.vers != libc::FANOTIFY_METADATA_VERSION || len < info || at + len > buf.len() {
-                return Err(io::Error::other(
-                    "fanotify: an event this build cannot read",
-                ));
-            }
-            if event.mask & libc::FAN_Q_OVERFLOW != 0 {
-                written.overflowed = true;
-            }
-            if let Some(inode) = open_fid(self.mount.as_fd(), &buf[at + info..at + len]) {
-                written.inodes.push(inode);
-            }
-            at += len;
-        }
-        Ok(())
     }
 }
 
@@ -126,8 +110,11 @@ fn open_fid(mount: BorrowedFd<'_>, info: &[u8]) -> Option<OwnedFd> {
     let handle = info.get(FID_HANDLE..)?;
     let bytes = u32::from_ne_bytes(handle.get(..4)?.try_into().ok()?) as usize;
     let whole = handle.get(..8 + bytes)?;
-    // Copied to words: the kernel reads a struct file_handle, aligned.
-    let mut aligned = vec![0u32; whole.len().div_ceil(4)];
+    // Copied to words: the kernel reads a struct file_handle, aligned. MAX_HANDLE_SZ is 128.
+    let mut aligned = [0u32; 2 + 128 / 4];
+    if whole.len() > size_of_val(&aligned) {
+        return None;
+    }
     // SAFETY: `aligned` holds at least `whole.len()` bytes.
     unsafe {
         std::ptr::copy_nonoverlapping(whole.as_ptr(), aligned.as_mut_ptr().cast(), whole.len())

@@ -6,7 +6,7 @@
 //! they find what the watch cannot see (directories, symlinks and FIFOs, which are not
 //! written, and whatever happened while the watch's queue overflowed).
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -38,41 +38,38 @@ pub(super) fn start(driver: &Driver) -> Option<(WriteWatch, PathBuf)> {
 
 /// One look: every file written since the last, in a volume and out of its project, set back.
 pub(super) fn look(driver: &Driver, watch: &mut WriteWatch, volumes: &Path) {
-    let written = match watch.written() {
-        Ok(written) => written,
-        Err(e) => {
-            log::debug!("write watch: {e}");
-            return;
-        }
-    };
-    if written.overflowed {
-        log::debug!("write watch: the kernel's queue overflowed; the passes find what it missed");
+    match watch.written(&mut |inode| check(driver, inode, volumes)) {
+        Ok(false) => {}
+        Ok(true) => log::debug!("write watch: its queue overflowed; the passes find the rest"),
+        Err(e) => log::debug!("write watch: {e}"),
     }
-    for inode in &written.inodes {
-        let link = format!("/proc/self/fd/{}", inode.as_raw_fd());
-        let Ok(path) = nix::fcntl::readlink(link.as_str()) else {
-            continue;
-        };
-        let Some(id) = volume_of(Path::new(&path), volumes) else {
-            continue;
-        };
-        let Some(record) = driver.volumes.records().get(id) else {
-            continue;
-        };
-        let Some(project) = record.project_id.filter(|_| !record.block) else {
-            continue;
-        };
-        let fence = driver.escapes.fenced(id).then_some(QUARANTINE_UID);
-        let Ok(tally) = escape_walk::check_file(inode.as_fd(), project, fence) else {
-            continue;
-        };
-        if tally.found() {
-            // Not a walk: what else the same escape moved out (the directory the file was
-            // made in) the next walk finds, and that is no repeat. A repeat is a new episode
-            // after this one ends, or a second walk that finds more in it.
-            let note = driver.escapes.record(id, project, &tally, false);
-            driver.say(&record, project, &tally, note);
-        }
+}
+
+/// One written inode: set back if it is a volume's and out of the volume's project.
+fn check(driver: &Driver, inode: BorrowedFd<'_>, volumes: &Path) {
+    let link = format!("/proc/self/fd/{}", inode.as_raw_fd());
+    let Ok(path) = std::fs::read_link(&link) else {
+        return;
+    };
+    let Some(id) = volume_of(&path, volumes) else {
+        return;
+    };
+    let Some(record) = driver.volumes.records().get(id) else {
+        return;
+    };
+    let Some(project) = record.project_id.filter(|_| !record.block) else {
+        return;
+    };
+    let fence = driver.escapes.fenced(id).then_some(QUARANTINE_UID);
+    let Ok(tally) = escape_walk::check_file(inode, project, fence) else {
+        return;
+    };
+    if tally.found() {
+        // Not a walk: what else the same escape moved out (the directory the file was made
+        // in) the next walk finds, and that is no repeat. A repeat is a new episode after
+        // this one ends, or a second walk that finds more in it.
+        let note = driver.escapes.record(id, project, &tally, false);
+        driver.say(&record, project, &tally, note);
     }
 }
 
