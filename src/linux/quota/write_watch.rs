@@ -6,10 +6,8 @@
 //! then, not only at its next pass. Events for one inode merge while they wait in the queue,
 //! so a batch holds each written inode about once, however often it was written.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// The watch of one filesystem.
@@ -36,26 +34,25 @@ impl WriteWatch {
         }
         // SAFETY: a descriptor just returned to us, owned by nothing else.
         let fan = unsafe { OwnedFd::from_raw_fd(fan) };
-        let path = CString::new(dir.as_os_str().as_bytes())?;
-        let mark = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
-        // SAFETY: a live descriptor and a NUL-terminated path.
-        let marked = unsafe {
-            libc::fanotify_mark(
-                fan.as_raw_fd(),
-                mark,
-                libc::FAN_MODIFY,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-            )
-        };
-        if marked < 0 {
-            return Err(io::Error::last_os_error());
-        }
         // Not O_PATH: open_by_handle_at takes no such descriptor (EBADF).
         let flags = nix::fcntl::OFlag::O_RDONLY
             | nix::fcntl::OFlag::O_DIRECTORY
             | nix::fcntl::OFlag::O_CLOEXEC;
         let mount = nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty())?;
+        let mark = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+        // SAFETY: live descriptors; a null path marks what `mount` is on.
+        let marked = unsafe {
+            libc::fanotify_mark(
+                fan.as_raw_fd(),
+                mark,
+                libc::FAN_MODIFY,
+                mount.as_raw_fd(),
+                std::ptr::null(),
+            )
+        };
+        if marked < 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Self {
             fan,
             mount,

@@ -21,9 +21,8 @@ pub const WATCH_PAUSE: Duration = Duration::from_millis(50);
 
 /// The watch of the volumes' filesystem, or why there is none (logged).
 pub(super) fn start(driver: &Driver) -> Option<(WriteWatch, PathBuf)> {
+    // The state directory is resolved once, at start: written paths come back resolved too.
     let volumes = driver.volumes.path_of("x").parent()?.to_path_buf();
-    // Written paths come back resolved: compare them with the resolved directory.
-    let volumes = std::fs::canonicalize(&volumes).unwrap_or(volumes);
     match WriteWatch::new(&volumes) {
         Ok(watch) => Some((watch, volumes)),
         Err(e) => {
@@ -38,10 +37,9 @@ pub(super) fn start(driver: &Driver) -> Option<(WriteWatch, PathBuf)> {
 
 /// One look: every file written since the last, in a volume and out of its project, set back.
 pub(super) fn look(driver: &Driver, watch: &mut WriteWatch, volumes: &Path) {
-    match watch.written(&mut |inode| check(driver, inode, volumes)) {
-        Ok(false) => {}
-        Ok(true) => log::debug!("write watch: its queue overflowed; the passes find the rest"),
-        Err(e) => log::debug!("write watch: {e}"),
+    // A full queue (`Ok(true)`) dropped writes: the passes find what they were.
+    if let Err(e) = watch.written(&mut |inode| check(driver, inode, volumes)) {
+        log::debug!("write watch: {e}");
     }
 }
 
