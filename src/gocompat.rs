@@ -172,7 +172,10 @@ pub fn dial_error(path: &std::path::Path, error: &std::io::Error) -> String {
             let text = nix::errno::Errno::from_raw(errno).desc();
             let mut chars = text.chars();
             match chars.next() {
-                Some(first) => first.to_lowercase().chain(chars).collect(),
+                // The C library's strings are ASCII: no Unicode case tables for this.
+                Some(first) => std::iter::once(first.to_ascii_lowercase())
+                    .chain(chars)
+                    .collect(),
                 None => String::new(),
             }
         }

@@ -68,14 +68,14 @@ pub const SMALL_LANE_WALK: Duration = Duration::from_secs(10);
 
 /// A stop flag a sleeping thread wakes up for.
 #[derive(Default)]
-struct Stop {
+pub(super) struct Stop {
     stopped: Mutex<bool>,
     wake: Condvar,
 }
 
 impl Stop {
     /// Sleeps `pause`, or less if stopped meanwhile; whether it is stopped.
-    fn wait(&self, pause: Duration) -> bool {
+    pub(super) fn wait(&self, pause: Duration) -> bool {
         let stopped = crate::mutex::lock(&self.stopped);
         let (stopped, _) = self
             .wake
@@ -127,12 +127,7 @@ impl Drop for QuotaPatrol {
 
 fn run(driver: &Driver, stop: &Stop, lane: Lane) {
     if lane == Lane::Watch {
-        if let Some((mut watch, volumes)) = quota_watch::start(driver) {
-            while !stop.wait(quota_watch::WATCH_PAUSE) {
-                quota_watch::look(driver, &mut watch, &volumes);
-            }
-        }
-        return;
+        return quota_watch::run(driver, stop);
     }
     if let Err(e) = crate::linux::ioprio::idle_for_this_thread() {
         log::warn!("the quota check runs at normal I/O priority: {e}");

@@ -7,10 +7,11 @@
 //! written, and whatever happened while the watch's queue overflowed).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::Driver;
+use super::quota_patrol::Stop;
 use crate::linux::quota::escape::QUARANTINE_UID;
 use crate::linux::quota::escape_walk;
 use crate::linux::quota::write_watch::WriteWatch;
@@ -19,24 +20,43 @@ use crate::linux::quota::write_watch::WriteWatch;
 /// at most before it is set back, and a busy file's writes in this time are one event.
 pub const WATCH_PAUSE: Duration = Duration::from_millis(50);
 
-/// The watch of the volumes' filesystem, or why there is none (logged).
-pub(super) fn start(driver: &Driver) -> Option<(WriteWatch, PathBuf)> {
+/// Watches while any volume is a directory held by a project quota, until `stop`: every writer on the filesystem pays for the watch (a few hundred
+/// nanoseconds a write), so it is there only while it guards something.
+pub(super) fn run(driver: &Driver, stop: &Stop) {
     // The state directory is resolved once, at start: written paths come back resolved too.
-    let volumes = driver.volumes.path_of("x").parent()?.to_path_buf();
-    match WriteWatch::new(&volumes) {
-        Ok(watch) => Some((watch, volumes)),
-        Err(e) => {
-            log::warn!(
-                "writes are not watched ({e}): a file moved out of its volume's size is found \
-                 by the quota check's passes alone"
-            );
-            None
+    let Some(volumes) = driver.volumes.path_of("x").parent().map(Path::to_path_buf) else {
+        return;
+    };
+    let (mut watch, mut said, mut looks) = (None, false, 0u32);
+    while !stop.wait(WATCH_PAUSE) {
+        // Once a second: is there anything to guard?
+        if looks.is_multiple_of(20) {
+            let guarding = driver
+                .volumes
+                .records()
+                .with_all(|all| all.values().any(|r| r.project_id.is_some() && !r.block));
+            if !guarding {
+                watch = None;
+            } else if watch.is_none() {
+                match WriteWatch::new(&volumes) {
+                    Ok(new) => watch = Some(new),
+                    Err(e) if !said => {
+                        said = true;
+                        log::warn!("writes are not watched, escapes are found by passes: {e}");
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        looks = looks.wrapping_add(1);
+        if let Some(watch) = watch.as_mut() {
+            look(driver, watch, &volumes);
         }
     }
 }
 
 /// One look: every file written since the last, in a volume and out of its project, set back.
-pub(super) fn look(driver: &Driver, watch: &mut WriteWatch, volumes: &Path) {
+fn look(driver: &Driver, watch: &mut WriteWatch, volumes: &Path) {
     // A full queue (`Ok(true)`) dropped writes: the passes find what they were.
     if let Err(e) = watch.written(&mut |inode| check(driver, inode, volumes)) {
         log::debug!("write watch: {e}");

@@ -80,12 +80,23 @@ pub fn a_pods_file_moved_out_of_its_project_is_found_and_charged_back_within_a_m
     let q = open(&fs);
     // The default interval: the bound is the with the defaults.
     let served = Served::start(&fs, "state", &["--quota=on"]);
+    // The write watch is there only while a directory volume needs it (it costs every writer).
+    let watching = |want: usize| {
+        let since = Instant::now();
+        while served.fanotify_groups() != want {
+            assert!(since.elapsed() < BOUND, "{want} fanotify groups");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    watching(0);
     runtime().block_on(async {
         let mut csi = served.client().await;
         let pod = served.pod("a");
         let limit = 8 * MIB;
         let id = create_and_publish(&mut csi, "pvc-a", limit, &pod).await;
         let project = served.recorded_project(&id).expect("recorded project");
+        watching(1);
         let file = pod.target.join("escaped");
         // `chattr -p 0 escaped`, then appending at 1 MiB/s until the kernel says no.
         let escaped_at = Instant::now();
@@ -148,6 +159,7 @@ pub fn a_pods_file_moved_out_of_its_project_is_found_and_charged_back_within_a_m
             ),
         );
         remove(&mut csi, &id, &pod).await;
+        watching(0);
     });
 }
 

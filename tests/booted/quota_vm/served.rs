@@ -45,6 +45,17 @@ impl Served {
         served
     }
 
+    /// The fanotify groups node-server holds open (its write watch is one).
+    pub fn fanotify_groups(&self) -> usize {
+        let process = self.process.as_ref().expect("running");
+        let fds = format!("/proc/{}/fd", process.0.id());
+        std::fs::read_dir(fds)
+            .expect("its descriptors")
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|link| link.as_os_str() == "anon_inode:[fanotify]")
+            .count()
+    }
+
     /// Stops the process (SIGTERM, as the kubelet does) and waits for its exit code.
     pub fn stop(&mut self) -> i32 {
         let Some(mut process) = self.process.take() else {
