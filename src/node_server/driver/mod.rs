@@ -14,7 +14,7 @@
 //!   and clones; `snapshot_ops` — snapshots and groups; `modify` — ControllerModifyVolume;
 //!   `metadata_ops` — the snapshots a SnapshotMetadata map is read from, held while it is.
 //! - `quota_patrol` — the background walk that sets back files taken out of their volume's
-//!   project; `io_limits` — a volume's IO limits in the cgroups of the pods it is published to.
+//!   project; `quota_watch` — such files set back as they are written; `io_limits` — a volume's IO limits in the cgroups of the pods it is published to.
 //! - `node_error`, `controller_error` — what the operations fail with.
 
 mod bind_mounts;
