@@ -20,8 +20,9 @@ use crate::linux::quota::write_watch::WriteWatch;
 /// at most before it is set back, and a busy file's writes in this time are one event.
 pub const WATCH_PAUSE: Duration = Duration::from_millis(50);
 
-/// Watches while any volume is a directory held by a project quota, until `stop`: every writer on the filesystem pays for the watch (a few hundred
-/// nanoseconds a write), so it is there only while it guards something.
+/// Watches while any volume is a directory held by a project quota, until `stop`: every
+/// writer on the filesystem pays for the watch (a few hundred nanoseconds a write), so it is
+/// there only while it guards something.
 pub(super) fn run(driver: &Driver, stop: &Stop) {
     // The state directory is resolved once, at start: written paths come back resolved too.
     let Some(volumes) = driver.volumes.path_of("x").parent().map(Path::to_path_buf) else {
