@@ -147,6 +147,9 @@ pub fn restores_and_clones_hold_to_the_size_asked_for_and_a_full_source_fits_at_
         let outside = fs.mnt.join("past");
         let (more, errno) = write_here(&outside, 4 * MIB);
         assert_eq!((more, errno), (4 * MIB, 0), "unlimited outside the project");
+        // Moved once the watch has read those writes (every 50 ms): one it reads after the
+        // move names the file where it is then, in the volume.
+        std::thread::sleep(std::time::Duration::from_secs(1));
         let inside = served.volume_dir(&source).join("escaped/past");
         std::fs::rename(&outside, inside).expect("moved in on the filesystem's own mount");
         let w = write_until_error(&pod.target.join("fill"), 4 * size, NOBODY);
