@@ -17,35 +17,44 @@ use crate::common::scratch_fs::{Kind, ScratchFs};
 
 const WANT: u32 = 7;
 
-/// `file_getattr(2)`'s project ID of `path`, never following a symlink.
-fn project_of_any(path: &Path) -> u32 {
-    const SYS_FILE_GETATTR: libc::c_long = 468;
-    // struct file_attr: fa_xflags (u64), fa_extsize, fa_nextents, fa_projid, fa_cowextsize.
-    let mut attr = [0u32; 6];
+/// `file_getattr(2)` or `file_setattr(2)` (`nr`) of `path`, never following a symlink, with
+/// `attr` as its `struct file_attr` (fa_xflags (u64), fa_extsize, fa_nextents, fa_projid,
+/// fa_cowextsize); its result, or the error.
+fn file_attr(nr: libc::c_long, path: &Path, attr: *mut u32) -> std::io::Result<()> {
     let dir = std::fs::File::open(path.parent().unwrap()).unwrap();
     let name = CString::new(path.file_name().unwrap().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid descriptor, NUL-terminated name and a buffer of the size passed.
+    // SAFETY: a valid descriptor, a NUL-terminated name and a buffer of the size passed
+    // (callers pass six u32s).
     let r = unsafe {
         libc::syscall(
-            SYS_FILE_GETATTR,
+            nr,
             dir.as_raw_fd(),
             name.as_ptr(),
-            attr.as_mut_ptr(),
+            attr,
             24usize,
             libc::AT_SYMLINK_NOFOLLOW,
         )
     };
-    assert_eq!(
-        r,
-        0,
-        "file_getattr of {} (needs Linux 6.17 or later to read a special inode's project): {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// `file_getattr(2)`'s project ID of `path` (Linux 6.17: the one way to read a special inode's).
+fn project_of_any(path: &Path) -> u32 {
+    let mut attr = [0u32; 6];
+    file_attr(468, path, attr.as_mut_ptr()).unwrap_or_else(|e| {
+        panic!(
+            "file_getattr of {} (needs Linux 6.17 or later to read a special inode's project): {e}",
+            path.display()
+        )
+    });
     attr[4]
 }
 
-fn set_project(dir: &Path, projid: u32, inherit: bool) {
+/// Sets a directory's (or file's) project, and PROJINHERIT on or off.
+pub(super) fn set_project(dir: &Path, projid: u32, inherit: bool) {
     let file = std::fs::File::open(dir).unwrap();
     let mut attr = sys::get_fsxattr(std::os::fd::AsFd::as_fd(&file)).unwrap();
     attr.projid = projid;
@@ -286,22 +295,8 @@ fn a_directory_moved_out_again_while_its_entries_are_made_again_is_set_back_and_
 /// `file_setattr(2)` of `path`'s project ID, never following a symlink: what a pod's directory
 /// moved out and back leaves in its entries.
 fn set_project_of_any(path: &Path, projid: u32) {
-    const SYS_FILE_SETATTR: libc::c_long = 469;
-    let attr: [u32; 6] = [0, 0, 0, 0, projid, 0];
-    let dir = std::fs::File::open(path.parent().unwrap()).unwrap();
-    let name = CString::new(path.file_name().unwrap().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid descriptor, NUL-terminated name and a buffer of the size passed.
-    let r = unsafe {
-        libc::syscall(
-            SYS_FILE_SETATTR,
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            attr.as_ptr(),
-            24usize,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    assert_eq!(r, 0, "file_setattr: {}", std::io::Error::last_os_error());
+    let mut attr: [u32; 6] = [0, 0, 0, 0, projid, 0];
+    file_attr(469, path, attr.as_mut_ptr()).expect("file_setattr");
 }
 
 #[test]

@@ -6,9 +6,10 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use csi_nodekit::linux::quota::escape_walk;
-use csi_nodekit::linux::quota::sys::{self, FS_XFLAG_PROJINHERIT};
+use csi_nodekit::linux::quota::sys;
 use csi_nodekit::linux::quota::write_watch::WriteWatch;
 
+use super::quota_remake::set_project;
 use crate::common::scratch_fs::{Kind, ScratchFs};
 
 const WANT: u32 = 7;
@@ -16,16 +17,6 @@ const WANT: u32 = 7;
 fn project_of(path: &Path) -> u32 {
     let file = std::fs::File::open(path).unwrap();
     sys::get_fsxattr(file.as_fd()).unwrap().projid
-}
-
-fn set_project(path: &Path, projid: u32, inherit: bool) {
-    let file = std::fs::File::open(path).unwrap();
-    let mut attr = sys::get_fsxattr(file.as_fd()).unwrap();
-    attr.projid = projid;
-    if inherit {
-        attr.xflags |= FS_XFLAG_PROJINHERIT;
-    }
-    sys::set_fsxattr(file.as_fd(), &attr).unwrap();
 }
 
 /// What the watch reports after a pause: each inode's path, and the inodes themselves (opened

@@ -278,7 +278,7 @@ fn pass(
                 if note != Note::Fenced && found.again > 0 {
                     note = driver.escapes.fence(&record.id);
                 }
-                driver.say(record, project, &walk.tally, note);
+                driver.say(&record.id, project, &walk.tally, note);
                 if !driver.escapes.fenced(&record.id) {
                     break None;
                 }
@@ -302,7 +302,7 @@ fn pass(
                 let note = driver
                     .escapes
                     .record_cut_walk(&record.id, project, &walk.tally);
-                driver.say(record, project, &walk.tally, note);
+                driver.say(&record.id, project, &walk.tally, note);
                 if note == Note::Fenced {
                     // Fenced by a cut walk: everything handed over now, in this lane, once.
                     fence = Some(QUARANTINE_UID);
@@ -329,7 +329,7 @@ fn pass(
                     let id = &record.id;
                     let note =
                         (driver.escapes).record_after_early(id, project, &walk.tally, true, early);
-                    driver.say(record, project, &walk.tally, note);
+                    driver.say(&record.id, project, &walk.tally, note);
                     note
                 }
                 None => driver.note_escapes(record, project, &walk.tally, true),
@@ -386,24 +386,18 @@ impl Driver {
     /// when it fences the volume).
     fn note_escapes(&self, record: &Record, project: u32, found: &Tally, whole: bool) -> Note {
         let note = self.escapes.record(&record.id, project, found, whole);
-        self.say(record, project, found, note);
+        self.say(&record.id, project, found, note);
         note
     }
 
     /// The log line a check's note calls for, if any.
-    pub(super) fn say(&self, record: &Record, project: u32, found: &Tally, note: Note) {
+    pub(super) fn say(&self, id: &str, project: u32, found: &Tally, note: Note) {
         match note {
-            Note::Began => log::warn!(
-                "volume {}: {}",
-                record.id,
-                escapes::describe(project, found)
-            ),
-            Note::Fenced => log::warn!(
-                "volume {} (project {project}): {}",
-                record.id,
-                escapes::FENCE_NOTE
-            ),
-            Note::Ended => log::debug!("volume {}: back in its project quota", record.id),
+            Note::Began => log::warn!("volume {}: {}", id, escapes::describe(project, found)),
+            Note::Fenced => {
+                log::warn!("volume {} (project {project}): {}", id, escapes::FENCE_NOTE)
+            }
+            Note::Ended => log::debug!("volume {}: back in its project quota", id),
             Note::Continued | Note::FencedContinued | Note::Clean => {}
         }
     }

@@ -73,10 +73,12 @@ fn check(driver: &Driver, inode: BorrowedFd<'_>, volumes: &Path) {
     let Some(id) = volume_of(&path, volumes) else {
         return;
     };
-    let Some(record) = driver.volumes.records().get(id) else {
-        return;
-    };
-    let Some(project) = record.project_id.filter(|_| !record.block) else {
+    // Its project alone: no copy of the record for each file written.
+    let project = driver.volumes.records().with_all(|all| {
+        let record = all.get(id)?;
+        record.project_id.filter(|_| !record.block)
+    });
+    let Some(project) = project else {
         return;
     };
     let fence = driver.escapes.fenced(id).then_some(QUARANTINE_UID);
@@ -88,7 +90,7 @@ fn check(driver: &Driver, inode: BorrowedFd<'_>, volumes: &Path) {
         // in) the next walk finds, and that is no repeat. A repeat is a new episode after
         // this one ends, or a second walk that finds more in it.
         let note = driver.escapes.record(id, project, &tally, false);
-        driver.say(&record, project, &tally, note);
+        driver.say(id, project, &tally, note);
     }
 }
 
